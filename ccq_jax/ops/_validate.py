@@ -1,0 +1,118 @@
+"""Input checks for the public ops: each failure is a ValueError naming the argument and what was expected.
+
+Shape and dtype checks always run. Range checks (g <= 0, beta in [0, 2], lam in [0, 1],
+count >= 0) need values, so they run when the array is concrete (eager calls) and are
+skipped under `jax.jit` tracing, where no value exists yet.
+"""
+
+import numbers
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ccq_jax.ops.types import CCQStats
+
+
+def as_array(name, x):
+    try:
+        return jnp.asarray(x)
+    except TypeError as err:
+        raise ValueError(f"{name}: expected an array, got {type(x).__name__}") from err
+
+
+def floating(name, x):
+    x = as_array(name, x)
+    if not jnp.issubdtype(x.dtype, jnp.floating):
+        raise ValueError(f"{name}: expected a floating dtype (bfloat16, float16, float32), got {x.dtype}")
+    return x
+
+
+def shaped(name, x, expected, letters):
+    """`x` must have shape `expected` (ints, or None for 'any'); `letters` names the dims for the message."""
+    ok = x.ndim == len(expected) and all(e is None or e == s for e, s in zip(expected, x.shape))
+    if not ok:
+        want = ", ".join(f"{l}={e}" if e is not None else l for l, e in zip(letters, expected))
+        raise ValueError(f"{name}: expected shape [{want}], got {tuple(x.shape)}")
+    return x
+
+
+def in_range(name, x, lo, hi, meaning):
+    """Values of x must lie in [lo, hi] (either bound may be None); checked only on concrete arrays."""
+    if isinstance(x, jax.core.Tracer):
+        return
+    arr = np.asarray(jax.device_get(x), dtype=np.float64)
+    ok = np.ones(arr.shape, bool)
+    if lo is not None:
+        ok &= arr >= lo
+    if hi is not None:
+        ok &= arr <= hi
+    if not ok.all():
+        bad = arr[~ok].flat[0]
+        bounds = f"[{lo if lo is not None else '-inf'}, {hi if hi is not None else 'inf'}]"
+        raise ValueError(f"{name}: expected values in {bounds} ({meaning}); found {bad}")
+
+
+def qkv(q, k, v=None):
+    """q, k: [B, T, H, K]; v: [B, T, H, V]. Returns the arrays and (B, T, H, K, V)."""
+    q = shaped("q", floating("q", q), (None,) * 4, "BTHK")
+    b, t, h, dk = q.shape
+    if t < 1:
+        raise ValueError(f"q: expected at least one token (T >= 1), got shape {tuple(q.shape)}")
+    k = shaped("k", floating("k", k), (b, t, h, dk), "BTHK")
+    if v is None:
+        return q, k, None, (b, t, h, dk, None)
+    v = shaped("v", floating("v", v), (b, t, h, None), "BTHV")
+    return q, k, v, (b, t, h, dk, v.shape[-1])
+
+
+def per_token(name, x, dims, letters, lo=None, hi=None, meaning=""):
+    x = shaped(name, floating(name, x), dims, letters)
+    in_range(name, x, lo, hi, meaning)
+    return x
+
+
+def scale(value, dk):
+    if value is None:
+        return dk**-0.5
+    if not isinstance(value, numbers.Real) or not np.isfinite(value) or value <= 0:
+        raise ValueError(f"scale: expected a positive finite number, got {value!r}")
+    return float(value)
+
+
+def _fp32_or_wider(x):
+    return x.astype(jnp.result_type(jnp.float32, x.dtype))
+
+
+def state(value, b, h, dk, dv):
+    if value is None:
+        return jnp.zeros((b, h, dk, dv), jnp.float32)
+    return _fp32_or_wider(shaped("initial_state", floating("initial_state", value), (b, h, dk, dv), "BHKV"))
+
+
+def stats(value, b, h, dk):
+    if value is None:
+        return CCQStats(jnp.zeros((b, h, dk, dk), jnp.float32), jnp.zeros((b, h, dk), jnp.float32), jnp.zeros((b, h), jnp.float32))
+    if not isinstance(value, tuple) or len(value) != 3:
+        raise ValueError("initial_stats: expected a CCQStats(cov, key_sum, count) tuple")
+    cov, key_sum, count = value
+    cov = shaped("initial_stats.cov", floating("initial_stats.cov", cov), (b, h, dk, dk), "BHKK")
+    key_sum = shaped("initial_stats.key_sum", floating("initial_stats.key_sum", key_sum), (b, h, dk), "BHK")
+    count = shaped("initial_stats.count", floating("initial_stats.count", count), (b, h), "BH")
+    in_range("initial_stats.count", count, 0, None, "a number of tokens")
+    return CCQStats(*(_fp32_or_wider(x) for x in (cov, key_sum, count)))
+
+
+def segment_ids(value, b, t):
+    if value is None:
+        return None
+    value = shaped("segment_ids", as_array("segment_ids", value), (b, t), "BT")
+    if not jnp.issubdtype(value.dtype, jnp.integer):
+        raise ValueError(f"segment_ids: expected an integer dtype, got {value.dtype}")
+    return value
+
+
+def chunk_size(value):
+    if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"chunk_size: expected a positive integer, got {value!r}")
+    return int(value)

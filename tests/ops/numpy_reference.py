@@ -1,0 +1,76 @@
+"""Independent float64 NumPy recurrences: the yardstick every JAX implementation is tested against.
+
+Written from the formulas in the issue and docs/design.md with plain loops, sharing no code
+with `ccq_jax`, so that an error common to all JAX forms still shows up.
+"""
+
+import numpy as np
+
+
+def _new_document(segment_ids, b, t):
+    return segment_ids is not None and t > 0 and segment_ids[b, t] != segment_ids[b, t - 1]
+
+
+def gla(q, k, v, g, scale, initial_state=None, segment_ids=None):
+    q, k, v, g = (np.asarray(x, np.float64) for x in (q, k, v, g))
+    B, T, H, K = q.shape
+    V = v.shape[-1]
+    o = np.zeros((B, T, H, V))
+    final = np.zeros((B, H, K, V))
+    for b in range(B):
+        for h in range(H):
+            S = np.zeros((K, V)) if initial_state is None else np.array(initial_state[b, h], np.float64)
+            for t in range(T):
+                if _new_document(segment_ids, b, t):
+                    S = np.zeros((K, V))
+                S = np.exp(g[b, t, h])[:, None] * S + np.outer(k[b, t, h], v[b, t, h])
+                o[b, t, h] = scale * S.T @ q[b, t, h]
+            final[b, h] = S
+    return o, final
+
+
+def gated_delta_rule(q, k, v, g, beta, scale, initial_state=None, segment_ids=None):
+    q, k, v, g, beta = (np.asarray(x, np.float64) for x in (q, k, v, g, beta))
+    B, T, H, K = q.shape
+    V = v.shape[-1]
+    o = np.zeros((B, T, H, V))
+    final = np.zeros((B, H, K, V))
+    for b in range(B):
+        for h in range(H):
+            S = np.zeros((K, V)) if initial_state is None else np.array(initial_state[b, h], np.float64)
+            for t in range(T):
+                if _new_document(segment_ids, b, t):
+                    S = np.zeros((K, V))
+                S = np.exp(g[b, t, h]) * S
+                u = beta[b, t, h] * (v[b, t, h] - S.T @ k[b, t, h])
+                S = S + np.outer(k[b, t, h], u)
+                o[b, t, h] = scale * S.T @ q[b, t, h]
+            final[b, h] = S
+    return o, final
+
+
+def ccq_query(q, k, lam, centered=True, normalize_keys=True, initial_stats=None, segment_ids=None, eps=1e-6):
+    """Returns q_clean and (cov, key_sum, count); also the Sigma_t of every token for property tests."""
+    q, k, lam = (np.asarray(x, np.float64) for x in (q, k, lam))
+    B, T, H, K = q.shape
+    q_clean = np.zeros_like(q)
+    sigmas = np.zeros((B, T, H, K, K))
+    cov_f, sum_f, cnt_f = np.zeros((B, H, K, K)), np.zeros((B, H, K)), np.zeros((B, H))
+    for b in range(B):
+        for h in range(H):
+            if initial_stats is None:
+                C, m, n = np.zeros((K, K)), np.zeros(K), 0.0
+            else:
+                C, m, n = (np.array(s[b, h], np.float64) for s in initial_stats)
+            for t in range(T):
+                if _new_document(segment_ids, b, t):
+                    C, m, n = np.zeros((K, K)), np.zeros(K), 0.0
+                kk = k[b, t, h]
+                if normalize_keys:
+                    kk = kk / np.sqrt(kk @ kk + eps)
+                C, m, n = C + np.outer(kk, kk), m + kk, n + 1
+                sigma = C / n - (np.outer(m / n, m / n) if centered else 0)
+                sigmas[b, t, h] = sigma
+                q_clean[b, t, h] = q[b, t, h] - lam[b, t, h] * sigma @ q[b, t, h]
+            cov_f[b, h], sum_f[b, h], cnt_f[b, h] = C, m, n
+    return q_clean, (cov_f, sum_f, cnt_f), sigmas

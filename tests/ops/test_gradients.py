@@ -1,0 +1,81 @@
+"""Gradients of every impl (fp32) against the recurrent form run in float64, all inputs included."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import ccq_jax.ops as ops
+from tests.ops.conftest import make_inputs, rel_rms
+
+FP32_TOL = 1e-5
+IMPLS = [("recurrent", None), ("scan", None), ("chunk", None), ("chunk", 16), ("chunk", 24)]
+ALL_FINAL = {"output_final_state": True, "output_final_stats": True}
+FLAGS = {ops.gla: {"output_final_state": True}, ops.gated_delta_rule: {"output_final_state": True},
+         ops.ccq_query: {"output_final_stats": True}, ops.ccq_gla: ALL_FINAL, ops.ccq_gated_delta_rule: ALL_FINAL}
+
+
+def _loss_fn(op, x, impl, chunk, seed):
+    """A scalar that touches every output (o and all final states) with random weights."""
+    rng = np.random.default_rng(seed)
+
+    def weighted(tree):
+        return sum(jnp.sum(a * rng.standard_normal(a.shape).astype(a.dtype)) for a in jax.tree.leaves(tree))
+
+    def loss(args):
+        out = op(*args["pos"], **args["kw"], **FLAGS[op], segment_ids=x["segment_ids"], impl=impl, chunk_size=chunk)
+        return weighted(out)
+
+    return loss
+
+
+def _grads(op, pos, kw, x, impl, chunk):
+    # same seed => same random output weights for every impl
+    return jax.grad(_loss_fn(op, x, impl, chunk, seed=0))({"pos": pos, "kw": kw})
+
+
+def _float64_ground_truth(op, pos, kw, x):
+    with jax.enable_x64(True):
+        to64 = lambda a: jnp.asarray(a, jnp.float64)
+        grads = _grads(op, jax.tree.map(to64, pos), jax.tree.map(to64, kw), x, "recurrent", None)
+        return jax.tree.map(np.asarray, grads)
+
+
+def _compare(op, pos, kw, x):
+    want = _float64_ground_truth(op, pos, kw, x)
+    leaves_want = jax.tree_util.tree_leaves_with_path(want)
+    for impl, chunk in IMPLS:
+        got = jax.tree.leaves(_grads(op, pos, kw, x, impl, chunk))
+        for (path, w), g in zip(leaves_want, got):
+            assert np.all(np.isfinite(g)), f"{impl}/{chunk}: non-finite gradient at {jax.tree_util.keystr(path)}"
+            err = rel_rms(g, w)
+            assert err < FP32_TOL, f"{impl}/{chunk}: d{jax.tree_util.keystr(path)} relative RMS {err:.2e}"
+
+
+@pytest.mark.parametrize("case", ["weak_decay", "strong_decay", "zeroed_gates", "segments"])
+def test_gla_grads(case):
+    x = make_inputs(10, case, t=40)
+    pos = [x["q"], x["k"], x["v"], x["g"]]
+    _compare(ops.gla, pos, {"initial_state": x["initial_state"]}, x)
+
+
+@pytest.mark.parametrize("case", ["weak_decay", "strong_decay", "zeroed_gates", "segments"])
+def test_gated_delta_rule_grads(case):
+    x = make_inputs(11, case, t=40, k_norm=True)
+    pos = [x["q"], x["k"], x["v"], x["g_head"], x["beta"]]
+    _compare(ops.gated_delta_rule, pos, {"initial_state": x["initial_state"]}, x)
+
+
+@pytest.mark.parametrize("case", ["weak_decay", "segments"])
+def test_ccq_query_grads(case):
+    x = make_inputs(12, case, t=40)
+    pos = [x["q"], x["k"], x["lam"]]
+    _compare(ops.ccq_query, pos, {"initial_stats": ops.CCQStats(*x["initial_stats"])}, x)
+
+
+@pytest.mark.parametrize("op,gate", [(ops.ccq_gla, "g"), (ops.ccq_gated_delta_rule, "g_head")])
+def test_ccq_backbone_grads(op, gate):
+    x = make_inputs(13, "segments", t=40, k_norm=True)
+    pos = [x["q"], x["k"], x["v"], x[gate]] + ([x["beta"]] if gate == "g_head" else []) + [x["lam"]]
+    kw = {"initial_state": x["initial_state"], "initial_stats": ops.CCQStats(*x["initial_stats"])}
+    _compare(op, pos, kw, x)
