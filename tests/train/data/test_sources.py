@@ -1,0 +1,131 @@
+"""Each source kind reads what it should: text, jsonl, parquet, HF datasets, ArrayRecord via ccq-prepare-data."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from train.data import DataConfig, build_pipeline
+from train.data.prepare import main as prepare
+from train.data.shards import MANIFEST
+from train.data.sources import text_source
+
+from .conftest import documents_in
+
+
+def _read_all(config):
+    source = text_source(config)
+    return [source[i] for i in range(len(source))]
+
+
+def _one_epoch(config):
+    it = iter(build_pipeline(config, process_index=0, process_count=1).dataset)
+    try:
+        return documents_in(list(it))
+    finally:
+        it.close()
+
+
+def test_text_one_document_per_file(tmp_path, documents):
+    for i, doc in enumerate(documents[:5]):
+        (tmp_path / f"{i:02d}.txt").write_text(doc, encoding="utf-8")
+    (tmp_path / "notes.md").write_text("not a .txt file")
+    assert _read_all(DataConfig(source="text", paths=(str(tmp_path),))) == documents[:5]
+    assert _read_all(DataConfig(source="text", paths=(str(tmp_path / "0[12].txt"),))) == documents[1:3]
+    assert _read_all(DataConfig(source="text", paths=(str(tmp_path / "notes.md"),))) == ["not a .txt file"]
+
+
+def test_text_paragraphs_split_on_blank_lines(tmp_path):
+    (tmp_path / "a.txt").write_text("\n\nfirst line\nsecond line\n\n  \n\nnext para\r\nends here\n\n\nlast", encoding="utf-8")
+    got = _read_all(DataConfig(source="text", paths=(str(tmp_path / "a.txt"),), text_split="blank_line"))
+    assert got == ["first line\nsecond line", "next para\r\nends here", "last"]
+
+
+def test_jsonl_reads_the_text_field(jsonl_corpus, documents):
+    config = DataConfig(source="jsonl", paths=(str(jsonl_corpus),), text_field="body", seq_len=32, batch_size=2)
+    assert _read_all(config) == documents
+    with pytest.raises(ValueError, match=r"text_field: the record at byte 0 of .*part0.jsonl.* has no string field 'text' \(it has \['body', 'id'\]\)"):
+        text_source(DataConfig(source="jsonl", paths=(str(jsonl_corpus),)))
+
+
+def test_paths_that_match_nothing(tmp_path):
+    with pytest.raises(ValueError, match=r"paths: '.*nothing\*.jsonl' matches no file"):
+        text_source(DataConfig(source="jsonl", paths=(str(tmp_path / "nothing*.jsonl"),)))
+
+
+def test_parquet_reads_the_text_column(tmp_path, documents):
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    for part, chunk in enumerate((documents[:8], documents[8:])):
+        pq.write_table(pa.table({"text": chunk, "n": list(range(len(chunk)))}), tmp_path / f"p{part}.parquet", row_group_size=3)
+    config = DataConfig(source="parquet", paths=(str(tmp_path),), seq_len=32, batch_size=2, num_epochs=1, shuffle=False)
+    assert _read_all(config) == documents
+    assert _one_epoch(config) == documents
+    with pytest.raises(ValueError, match=r"text_field: .*p0.parquet' has no column 'body' \(columns: \['text', 'n'\]\)"):
+        text_source(DataConfig(source="parquet", paths=(str(tmp_path),), text_field="body"))
+
+
+def test_hf_dataset_from_a_saved_directory(tmp_path, documents):
+    datasets = pytest.importorskip("datasets", reason="the optional `datasets` package is not installed")
+    datasets.Dataset.from_dict({"content": documents}).save_to_disk(str(tmp_path / "saved"))
+    datasets.DatasetDict({"validation": datasets.Dataset.from_dict({"content": documents[:4]})}).save_to_disk(str(tmp_path / "dict"))
+    config = DataConfig(source="hf", hf_dataset=str(tmp_path / "saved"), text_field="content", seq_len=32, batch_size=2)
+    assert _read_all(config) == documents
+    assert _read_all(DataConfig(source="hf", hf_dataset=str(tmp_path / "dict"), hf_split="validation", text_field="content")) == documents[:4]
+    with pytest.raises(ValueError, match=r"hf_split: .* has no split 'train' \(splits: \['validation'\]\)"):
+        text_source(DataConfig(source="hf", hf_dataset=str(tmp_path / "dict"), text_field="content"))
+    with pytest.raises(ValueError, match=r"text_field: the dataset has no column 'text' \(columns: \['content'\]\)"):
+        text_source(DataConfig(source="hf", hf_dataset=str(tmp_path / "saved")))
+
+
+def test_hf_dataset_unreachable_offline_names_the_dataset(tmp_path):
+    pytest.importorskip("datasets", reason="the optional `datasets` package is not installed")
+    code = (
+        "from train.data import DataConfig\nfrom train.data.sources import text_source\n"
+        "try:\n    text_source(DataConfig(source='hf', hf_dataset='someone/absent_corpus'))\n"
+        "except ValueError as e:\n    print(e)\n"
+    )
+    env = {**os.environ, "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path)}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120).stdout
+    assert out.startswith("hf_dataset: cannot load 'someone/absent_corpus' (HF_DATASETS_OFFLINE/HF_HUB_OFFLINE is set)"), out
+
+
+def test_array_record_round_trip_through_prepare(tmp_path, jsonl_corpus, documents, capsys):
+    out = tmp_path / "prepared"
+    args = ["--source", "jsonl", "--paths", str(jsonl_corpus), "--text-field", "body", "--output", str(out)]
+    assert prepare([*args, "--docs-per-shard", "10"]) == 0
+    summary = capsys.readouterr().out
+    tokens = sum(len(d.encode("utf-8")) for d in documents)
+    assert f"{len(documents)} documents, {tokens:,} tokens" in summary and "3 shards" in summary
+    manifest = json.loads((out / MANIFEST).read_text())
+    assert [s["documents"] for s in manifest["shards"]] == [10, 10, 3] and manifest["dtype"] == "<u2"
+    assert manifest["tokenizer"]["kind"] == "byte" and manifest["source"]["text_field"] == "body"
+    config = DataConfig(source="array_record", paths=(str(out),), seq_len=32, batch_size=2, num_epochs=1, shuffle=False)
+    assert _one_epoch(config) == documents
+    with pytest.raises(SystemExit):  # refuses to mix with old shards
+        prepare(args)
+    assert "already holds prepared shards" in capsys.readouterr().err
+    assert prepare([*args, "--overwrite"]) == 0 and len(list(out.glob("shard-*"))) == 1
+
+
+def test_array_record_with_another_tokenizer_is_rejected(tmp_path, jsonl_corpus):
+    tokenizers = pytest.importorskip("tokenizers")
+    tok = tokenizers.Tokenizer(tokenizers.models.WordLevel({"[UNK]": 0, "</s>": 1}, unk_token="[UNK]"))
+    tok.save(str(tmp_path / "tokenizer.json"))
+    out = tmp_path / "prepared"
+    prepare(["--source", "jsonl", "--paths", str(jsonl_corpus), "--text-field", "body", "--output", str(out)])
+    config = DataConfig(source="array_record", paths=(str(out),), tokenizer=str(tmp_path / "tokenizer.json"))
+    with pytest.raises(ValueError, match="tokenizer: the shards in .* were tokenised with"):
+        build_pipeline(config, process_index=0, process_count=1)
+    with pytest.raises(ValueError, match="is not a directory prepared by ccq-prepare-data"):
+        build_pipeline(DataConfig(source="array_record", paths=(str(jsonl_corpus),)), process_index=0, process_count=1)
+
+
+def test_prepare_reports_config_errors(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        prepare(["--source", "jsonl", "--output", str(tmp_path)])
+    assert "paths: source 'jsonl' needs at least one file" in capsys.readouterr().err
+    np.testing.assert_equal(list(tmp_path.iterdir()), [])

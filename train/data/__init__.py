@@ -1,0 +1,35 @@
+"""Input pipeline on grain: sources, tokenizers, packing, synthetic recall tasks, resumable batches.
+
+    from train.data import DataConfig, build_pipeline
+    pipeline = build_pipeline(DataConfig(source="mqar", seq_len=128, batch_size=32))
+    it = iter(pipeline.dataset)   # grain DatasetIterator: next(it), it.get_state(), it.set_state(s)
+    batch = next(it)              # int32 [B_local, T]: input_ids, targets, segment_ids, positions, loss_mask
+
+Modules: config (DataConfig + task configs), dataclass_dict (dict -> frozen dataclass with
+"did you mean"), tokenizer (byte + tokenizer.json), sources (text/jsonl/parquet/HF),
+shards (ArrayRecord format), synthetic (MQAR, needle), packing, pipeline, recall (accuracy),
+prepare (the ccq-prepare-data CLI).
+"""
+
+from train.data.config import DataConfig, MQARConfig, NeedleConfig
+from train.data.dataclass_dict import from_dict, to_dict
+from train.data.pipeline import DataPipeline, build_pipeline
+from train.data.recall import recall_accuracy, recall_counts
+from train.data.tokenizer import ByteTokenizer, HFTokenizer, Tokenizer, load_tokenizer, round_vocab_size
+
+__all__ = [
+    "ByteTokenizer",
+    "DataConfig",
+    "DataPipeline",
+    "HFTokenizer",
+    "MQARConfig",
+    "NeedleConfig",
+    "Tokenizer",
+    "build_pipeline",
+    "from_dict",
+    "load_tokenizer",
+    "recall_accuracy",
+    "recall_counts",
+    "round_vocab_size",
+    "to_dict",
+]
