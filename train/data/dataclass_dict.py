@@ -33,7 +33,8 @@ def check_choice(field: str, value: str, choices: Iterable[str]) -> None:
     """ValueError naming `field` unless `value` is one of `choices`."""
     choices = tuple(choices)
     if value not in choices:
-        raise ValueError(f"{field}: unknown value {value!r}; expected one of {choices}{suggestion(str(value), choices)}")
+        hint = suggestion(str(value), choices)
+        raise ValueError(f"{field}: unknown value {value!r}; expected one of {choices}{hint}")
 
 
 def _is_optional(tp: Any) -> tuple[bool, Any]:

@@ -65,7 +65,8 @@ def _task(config: DataConfig):
 def _examples(config: DataConfig, tokenizer: Tokenizer | None) -> grain.MapDataset:
     """The source as a MapDataset (before sharding): synthetic examples, token arrays or texts."""
     if config.source in _SYNTHETIC:
-        return grain.MapDataset.source(_SYNTHETIC[config.source](_task(config), seq_len=config.seq_len, seed=config.seed))
+        source = _SYNTHETIC[config.source](_task(config), seq_len=config.seq_len, seed=config.seed)
+        return grain.MapDataset.source(source)
     if config.source == "array_record":
         shards = TokenShards(config.paths)
         if shards.tokenizer_spec is not None and not same_tokenizer(shards.tokenizer_spec, tokenizer.spec):
@@ -92,7 +93,8 @@ def build_pipeline(
 
     ds = _examples(config, tokenizer)
     if len(ds) < process_count:
-        raise ValueError(f"paths: the source has {len(ds)} documents, fewer than process_count={process_count}")
+        field = f"{config.source}.num_examples" if synthetic else "paths"
+        raise ValueError(f"{field}: the source has {len(ds)} documents, fewer than process_count={process_count}")
     ds = ds[process_index::process_count]
     if config.shuffle:
         ds = ds.shuffle(seed=config.seed)

@@ -35,7 +35,10 @@ def test_from_dict_builds_nested_configs_and_round_trips():
     "data, message",
     [
         ({"seq_lne": 3}, "seq_lne: unknown key for DataConfig (did you mean 'seq_len'?)"),
-        ({"mqar": {"num_kv_pair": 3}}, "data.mqar.num_kv_pair: unknown key for MQARConfig (did you mean 'num_kv_pairs'?)"),
+        (
+            {"mqar": {"num_kv_pair": 3}},
+            "data.mqar.num_kv_pair: unknown key for MQARConfig (did you mean 'num_kv_pairs'?)",
+        ),
         ({"zzz": 1}, "data.zzz: unknown key for DataConfig"),
         ({"mqar": 3}, "mqar: expected MQARConfig, got int 3"),
     ],
@@ -64,8 +67,14 @@ def test_unknown_keys_name_the_closest_field(data, message):
         ({"read_threads": 0}, "read_threads: must be >= 1"),
         ({"prefetch_batches": -1}, "prefetch_batches: must be >= 0"),
         ({"eos_token": "</s>"}, "eos_token: only used with a tokenizer.json"),
-        ({"source": "mqar", "seq_len": 16, "mqar": MQARConfig(num_kv_pairs=5)}, "seq_len: MQAR with mqar.num_kv_pairs=5 needs seq_len >= 20"),
-        ({"source": "needle", "seq_len": 12, "needle": NeedleConfig(key_len=2, value_len=4)}, "seq_len: the needle task with key_len=2, value_len=4 needs seq_len >= 13"),
+        (
+            {"source": "mqar", "seq_len": 16, "mqar": MQARConfig(num_kv_pairs=5)},
+            "seq_len: MQAR with mqar.num_kv_pairs=5 needs seq_len >= 20",
+        ),
+        (
+            {"source": "needle", "seq_len": 12, "needle": NeedleConfig(key_len=2, value_len=4)},
+            "seq_len: the needle task with key_len=2, value_len=4 needs seq_len >= 13",
+        ),
     ],
 )
 def test_bad_values_name_the_field(kwargs, message):

@@ -79,7 +79,9 @@ def test_hosts_partition_the_documents(jsonl_corpus, documents):
     assert build_pipeline(config, process_index=1, process_count=2).local_batch_size == 2
 
 
-@pytest.mark.parametrize("source, task", [("mqar", {"vocab_size": 64, "num_kv_pairs": 4}), ("needle", {"vocab_size": 64})])
+@pytest.mark.parametrize(
+    "source, task", [("mqar", {"vocab_size": 64, "num_kv_pairs": 4}), ("needle", {"vocab_size": 64})]
+)
 def test_synthetic_sources_feed_the_same_batches(source, task):
     config = DataConfig.from_dict({"source": source, "seq_len": 32, "batch_size": 2, source: task})
     pipeline = build_pipeline(config, process_index=0, process_count=1)

@@ -39,7 +39,8 @@ def test_text_one_document_per_file(tmp_path, documents):
 
 
 def test_text_paragraphs_split_on_blank_lines(tmp_path):
-    (tmp_path / "a.txt").write_text("\n\nfirst line\nsecond line\n\n  \n\nnext para\r\nends here\n\n\nlast", encoding="utf-8")
+    text = "\n\nfirst line\nsecond line\n\n  \n\nnext para\r\nends here\n\n\nlast"
+    (tmp_path / "a.txt").write_text(text, encoding="utf-8")
     got = _read_all(DataConfig(source="text", paths=(str(tmp_path / "a.txt"),), text_split="blank_line"))
     assert got == ["first line\nsecond line", "next para\r\nends here", "last"]
 
@@ -47,7 +48,8 @@ def test_text_paragraphs_split_on_blank_lines(tmp_path):
 def test_jsonl_reads_the_text_field(jsonl_corpus, documents):
     config = DataConfig(source="jsonl", paths=(str(jsonl_corpus),), text_field="body", seq_len=32, batch_size=2)
     assert _read_all(config) == documents
-    with pytest.raises(ValueError, match=r"text_field: the record at byte 0 of .*part0.jsonl.* has no string field 'text' \(it has \['body', 'id'\]\)"):
+    message = r"text_field: the record at byte 0 of .*part0.jsonl.* has no string field 'text' \(it has \['body', 'id'\]\)"
+    with pytest.raises(ValueError, match=message):
         text_source(DataConfig(source="jsonl", paths=(str(jsonl_corpus),)))
 
 
@@ -60,21 +62,25 @@ def test_parquet_reads_the_text_column(tmp_path, documents):
     pa = pytest.importorskip("pyarrow")
     pq = pytest.importorskip("pyarrow.parquet")
     for part, chunk in enumerate((documents[:8], documents[8:])):
-        pq.write_table(pa.table({"text": chunk, "n": list(range(len(chunk)))}), tmp_path / f"p{part}.parquet", row_group_size=3)
+        table = pa.table({"text": chunk, "n": list(range(len(chunk)))})
+        pq.write_table(table, tmp_path / f"p{part}.parquet", row_group_size=3)
     config = DataConfig(source="parquet", paths=(str(tmp_path),), seq_len=32, batch_size=2, num_epochs=1, shuffle=False)
     assert _read_all(config) == documents
     assert _one_epoch(config) == documents
-    with pytest.raises(ValueError, match=r"text_field: .*p0.parquet' has no column 'body' \(columns: \['text', 'n'\]\)"):
+    message = r"text_field: .*p0.parquet' has no column 'body' \(columns: \['text', 'n'\]\)"
+    with pytest.raises(ValueError, match=message):
         text_source(DataConfig(source="parquet", paths=(str(tmp_path),), text_field="body"))
 
 
 def test_hf_dataset_from_a_saved_directory(tmp_path, documents):
     datasets = pytest.importorskip("datasets", reason="the optional `datasets` package is not installed")
     datasets.Dataset.from_dict({"content": documents}).save_to_disk(str(tmp_path / "saved"))
-    datasets.DatasetDict({"validation": datasets.Dataset.from_dict({"content": documents[:4]})}).save_to_disk(str(tmp_path / "dict"))
-    config = DataConfig(source="hf", hf_dataset=str(tmp_path / "saved"), text_field="content", seq_len=32, batch_size=2)
-    assert _read_all(config) == documents
-    assert _read_all(DataConfig(source="hf", hf_dataset=str(tmp_path / "dict"), hf_split="validation", text_field="content")) == documents[:4]
+    splits = datasets.DatasetDict({"validation": datasets.Dataset.from_dict({"content": documents[:4]})})
+    splits.save_to_disk(str(tmp_path / "dict"))
+    saved = DataConfig(source="hf", hf_dataset=str(tmp_path / "saved"), text_field="content", num_epochs=1, shuffle=False)
+    assert _read_all(saved) == documents and _one_epoch(saved) == documents
+    split = DataConfig(source="hf", hf_dataset=str(tmp_path / "dict"), text_field="content", hf_split="validation")
+    assert _read_all(split) == documents[:4]
     with pytest.raises(ValueError, match=r"hf_split: .* has no split 'train' \(splits: \['validation'\]\)"):
         text_source(DataConfig(source="hf", hf_dataset=str(tmp_path / "dict"), text_field="content"))
     with pytest.raises(ValueError, match=r"text_field: the dataset has no column 'text' \(columns: \['content'\]\)"):
@@ -90,7 +96,8 @@ def test_hf_dataset_unreachable_offline_names_the_dataset(tmp_path):
     )
     env = {**os.environ, "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path)}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120).stdout
-    assert out.startswith("hf_dataset: cannot load 'someone/absent_corpus' (HF_DATASETS_OFFLINE/HF_HUB_OFFLINE is set)"), out
+    expected = "hf_dataset: cannot load 'someone/absent_corpus' (HF_DATASETS_OFFLINE/HF_HUB_OFFLINE is set)"
+    assert out.startswith(expected), out
 
 
 def test_array_record_round_trip_through_prepare(tmp_path, jsonl_corpus, documents, capsys):
@@ -103,7 +110,7 @@ def test_array_record_round_trip_through_prepare(tmp_path, jsonl_corpus, documen
     manifest = json.loads((out / MANIFEST).read_text())
     assert [s["documents"] for s in manifest["shards"]] == [10, 10, 3] and manifest["dtype"] == "<u2"
     assert manifest["tokenizer"]["kind"] == "byte" and manifest["source"]["text_field"] == "body"
-    config = DataConfig(source="array_record", paths=(str(out),), seq_len=32, batch_size=2, num_epochs=1, shuffle=False)
+    config = DataConfig(source="array_record", paths=(str(out),), num_epochs=1, shuffle=False)
     assert _one_epoch(config) == documents
     with pytest.raises(SystemExit):  # refuses to mix with old shards
         prepare(args)

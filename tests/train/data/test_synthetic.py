@@ -88,5 +88,6 @@ def test_recall_accuracy_from_logits():
     correct, scored = jax.jit(recall_counts)(wrong, batch)
     assert (float(correct), float(scored)) == (3.0, 4.0)
     assert float(recall_accuracy(wrong, {"targets": batch["targets"], "loss_mask": jnp.zeros((2, 5))})) == 0.0
-    with pytest.raises(ValueError, match=r"logits: expected shape \[B, T, E\] with \[B, T\] = targets.shape \(2, 5\), got \(2, 4, 10\)"):
+    message = r"logits: expected shape \[B, T, E\] with \[B, T\] = targets.shape \(2, 5\), got \(2, 4, 10\)"
+    with pytest.raises(ValueError, match=message):
         recall_counts(logits[:, :4], batch)
