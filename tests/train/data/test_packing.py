@@ -20,7 +20,7 @@ def _pack(examples):
     return PackIterDataset(grain.MapDataset.source(examples).to_iter_dataset(), seq_len=T, pad_id=PAD)
 
 
-LENGTHS = [5, 0, 40, 13, 14, 1, 16, 2, 33, 7]  # empty, longer than T, exactly T - 1 pairs, ...
+LENGTHS = [5, 0, 40, 13, 14, 1, 16, 2, 33, 7, 3]  # empty, longer than T, ending a row, one pair past a row, ...
 
 
 def test_document_example_pairs():
