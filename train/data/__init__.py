@@ -5,14 +5,12 @@
     it = iter(pipeline.dataset)   # grain DatasetIterator: next(it), it.get_state(), it.set_state(s)
     batch = next(it)              # int32 [B_local, T]: input_ids, targets, segment_ids, positions, loss_mask
 
-Modules: config (DataConfig + task configs), dataclass_dict (dict -> frozen dataclass with
-"did you mean"), tokenizer (byte + tokenizer.json), sources (text/jsonl/parquet/HF),
+Modules: config (DataConfig + task configs, built with `ccq_jax.configlib`), tokenizer (byte + tokenizer.json), sources (text/jsonl/parquet/HF),
 shards (ArrayRecord format), synthetic (MQAR, needle), packing, pipeline, recall (accuracy),
 prepare (the ccq-prepare-data CLI).
 """
 
 from train.data.config import DataConfig, MQARConfig, NeedleConfig
-from train.data.dataclass_dict import from_dict, to_dict
 from train.data.pipeline import DataPipeline, build_pipeline
 from train.data.recall import recall_accuracy, recall_counts
 from train.data.tokenizer import ByteTokenizer, HFTokenizer, Tokenizer, load_tokenizer, round_vocab_size
@@ -26,10 +24,8 @@ __all__ = [
     "NeedleConfig",
     "Tokenizer",
     "build_pipeline",
-    "from_dict",
     "load_tokenizer",
     "recall_accuracy",
     "recall_counts",
     "round_vocab_size",
-    "to_dict",
 ]

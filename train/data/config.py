@@ -23,7 +23,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from train.data.dataclass_dict import check_choice, check_field_types, from_dict, to_dict
+from ccq_jax.configlib import check_choice, check_field_types, from_dict, to_dict
 
 SOURCES = ("text", "jsonl", "parquet", "hf", "array_record", "mqar", "needle")
 FILE_SOURCES = ("text", "jsonl", "parquet", "array_record")

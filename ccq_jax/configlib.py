@@ -1,5 +1,8 @@
 """Typed, frozen config dataclasses from plain dicts (YAML, `--set` overrides), with clear errors.
 
+Every config in the project (models, training, data, evaluation) is a frozen dataclass whose
+`__post_init__` validates its own values; this module holds what they share.
+
 `from_dict(cls, data)` builds a (possibly nested) frozen dataclass from a mapping: nested
 mappings become nested dataclasses, lists become tuples, and an unknown key raises a
 `ValueError` naming its full dotted path and the closest valid name. `check_field_types(obj)`
@@ -7,8 +10,11 @@ mappings become nested dataclasses, lists become tuples, and an unknown key rais
 config built directly in Python is checked the same way. `check_choice` validates an enum-like
 string field with a "did you mean" suggestion.
 
-Supported annotations: `int`, `float`, `str`, `bool`, `X | None`, `tuple[X, ...]` and nested
-dataclasses.
+`with_overrides(cfg, {"a.b": value})` applies dotted-key overrides (`parse_overrides` reads
+them from `--set a.b=value` strings) and `load_yaml` reads a config file.
+
+Supported annotations: `int`, `float`, `str`, `bool`, `Literal[...]`, `X | None`,
+`tuple[X, ...]` and nested dataclasses.
 """
 
 from __future__ import annotations
@@ -19,6 +25,8 @@ import types
 import typing
 from collections.abc import Iterable, Mapping
 from typing import Any, TypeVar
+
+import yaml
 
 C = TypeVar("C")
 
@@ -52,6 +60,8 @@ def _matches(value: Any, tp: Any) -> bool:
         return optional
     if dataclasses.is_dataclass(tp):
         return isinstance(value, tp)
+    if typing.get_origin(tp) is typing.Literal:
+        return value in typing.get_args(tp)
     if typing.get_origin(tp) is tuple:
         (item, ellipsis) = typing.get_args(tp)
         assert ellipsis is Ellipsis, f"only tuple[X, ...] is supported, got {tp}"
@@ -127,3 +137,41 @@ def to_dict(obj: Any) -> dict[str, Any]:
             value = list(value)
         out[field.name] = value
     return out
+
+
+def parse_overrides(items: Iterable[str]) -> dict[str, Any]:
+    """['a.b=1', 'c=x'] -> {'a.b': 1, 'c': 'x'}; values are read as YAML scalars (numbers, bools, lists)."""
+    out = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"--set: expected key=value, got {item!r}")
+        out[key.strip()] = yaml.safe_load(raw) if raw.strip() else ""
+    return out
+
+
+def with_overrides(obj: C, overrides: Mapping[str, Any], *, prefix: str = "") -> C:
+    """A copy of dataclass `obj` with dotted-key overrides applied and validated like `from_dict`."""
+    data = to_dict(obj)
+    for key, value in overrides.items():
+        *parents, leaf = key.split(".")
+        node = data
+        for depth, part in enumerate(parents):
+            where = prefix + ".".join(parents[: depth + 1])
+            if part not in node:
+                raise ValueError(f"{where}: unknown key{suggestion(part, node)}")
+            if not isinstance(node[part], dict):
+                raise ValueError(f"{where}: is not a nested config, cannot set {key!r}")
+            node = node[part]
+        if leaf not in node:
+            raise ValueError(f"{prefix}{key}: unknown key{suggestion(leaf, node)}")
+        node[leaf] = value
+    return from_dict(type(obj), data, prefix=prefix)
+
+
+def load_yaml(path) -> dict[str, Any]:
+    with open(path) as f:
+        data = yaml.safe_load(f) or {}
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected a YAML mapping at the top level")
+    return data
