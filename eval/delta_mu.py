@@ -84,12 +84,20 @@ class DeltaMu:
 
 
 def delta_mu(
-    keys_per_layer: Sequence, needle_positions: Sequence[int], query_position: int, *, top_k: int = 16, centered: bool = True
+    keys_per_layer: Sequence,
+    needle_positions: Sequence[int],
+    query_position: int,
+    *,
+    top_k: int = 16,
+    centered: bool = True,
 ) -> DeltaMu:
     """Delta-mu of one prompt from its per-layer keys `[L][T, H, K]` (see the module docstring)."""
     positions = tuple(sorted({int(p) for p in needle_positions}))
     if not positions or positions[0] < 0 or positions[-1] > query_position:
-        raise ValueError(f"needle_positions: expected a non-empty set of positions in [0, {query_position}], got {list(needle_positions)}")
+        raise ValueError(
+            f"needle_positions: expected a non-empty set of positions in [0, {query_position}], "
+            f"got {list(needle_positions)}"
+        )
     if len(positions) == query_position + 1:
         raise ValueError("needle_positions: every token up to the query is a needle token; no distractor is left")
     if not keys_per_layer:
@@ -128,7 +136,8 @@ def format_table(summary: dict) -> str:
     lines = [f"{'layer':>5} {'needle':>8} {'distract':>8} {'delta_mu':>9} {'heads<0':>7}"]
     for row in summary["layers"]:
         lines.append(
-            f"{row['layer']:>5} {row['needle']:>8.4f} {row['distractor']:>8.4f} {row['delta_mu']:>+9.4f} {row['heads_negative']:>7.0%}"
+            f"{row['layer']:>5} {row['needle']:>8.4f} {row['distractor']:>8.4f} {row['delta_mu']:>+9.4f} "
+            f"{row['heads_negative']:>7.0%}"
         )
     lines.append(f"mean Delta-mu over layers and heads: {summary['mean_delta_mu']:+.4f} ({summary['num_prompts']} prompts)")
     return "\n".join(lines)

@@ -17,7 +17,6 @@ score is the mean x 100 rounded to 2 decimals. `PAPER_TASKS` are the 14 English 
 Gated DeltaNet / CCQ papers average.
 """
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -35,6 +34,7 @@ from eval.longbench_metrics import (
     rouge_zh_score,
 )
 from eval.protocols import GenerateFn, Tokenizer, check_tokenizer, cut_at_eos
+from eval.records import read_jsonl
 
 DATASET2METRIC = {
     "narrativeqa": qa_f1_score,
@@ -86,20 +86,6 @@ def score_dataset(dataset: str, records: list[dict]) -> float:
         raise ValueError(f"records: no prediction for {dataset}")
     scores = [score_prediction(dataset, r["pred"], r["answers"], r.get("all_classes")) for r in records]
     return round(100 * float(np.mean(scores)), 2)
-
-
-def read_jsonl(path) -> list[dict]:
-    with open(path, encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
-
-
-def write_jsonl(path, records: list[dict]) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", encoding="utf-8") as f:
-        for r in records:
-            f.write(json.dumps(r, ensure_ascii=False) + "\n")
-    return path
 
 
 def _with_answers(pred_records: list[dict], data_file: Path | None, where: str) -> list[dict]:
@@ -156,7 +142,11 @@ def predict_dataset(
     batch_size: int = 1,
     progress: bool = True,
 ) -> list[dict]:
-    """Greedy predictions for LongBench records, as `pred.py` writes them (`pred`, `answers`, `all_classes`, `length`, `_id`)."""
+    """Greedy predictions for LongBench records, as `pred.py` writes them.
+
+    Returns records `{"pred", "answers", "all_classes", "length", "_id"}`; prompt_format and
+    max_new_tokens: the task's entries of LongBench's dataset2prompt.json / dataset2maxlen.json.
+    """
     check_tokenizer(tokenizer)
     prompts = [truncate_middle(tokenizer, prompt_format.format(**r), max_length) for r in records]
     out = []

@@ -122,5 +122,6 @@ def fuzz_ratio(a: str, b: str) -> int:
 
 def code_sim_score(prediction: str, ground_truth: str, **_) -> float:
     """fuzz ratio of the first generated line that is not a comment or fence (no `, # or //) and the answer."""
-    first = next((line for line in prediction.lstrip("\n").split("\n") if not any(m in line for m in ("`", "#", "//"))), "")
+    lines = prediction.lstrip("\n").split("\n")
+    first = next((line for line in lines if not any(m in line for m in ("`", "#", "//"))), "")
     return fuzz_ratio(first, ground_truth) / 100

@@ -7,9 +7,10 @@ and loaded with `datasets.load_dataset`. Air-gapped: pre-populate the HF cache a
 
 import difflib
 import glob
-import json
 import os
 from pathlib import Path
+
+from eval.records import read_jsonl
 
 SUFFIXES = (".txt", ".jsonl", ".parquet")
 
@@ -31,9 +32,7 @@ def _read_file(path: Path, column: str) -> list[str]:
     if path.suffix == ".txt":
         return [path.read_text(encoding="utf-8")]
     if path.suffix == ".jsonl":
-        with path.open(encoding="utf-8") as f:
-            records = [json.loads(line) for line in f if line.strip()]
-        return _column(records, column, str(path))
+        return _column(read_jsonl(path), column, str(path))
     import pyarrow.parquet as pq
 
     names = pq.read_schema(path).names

@@ -12,7 +12,6 @@ from eval.longbench import (
     score_prediction,
     score_predictions,
     truncate_middle,
-    write_jsonl,
 )
 from eval.longbench_metrics import (
     classification_score,
@@ -24,6 +23,7 @@ from eval.longbench_metrics import (
     retrieval_score,
     rouge_score,
 )
+from eval.records import write_jsonl
 from tests.eval.toy import ByteTokenizer
 
 

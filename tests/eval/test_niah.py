@@ -21,6 +21,7 @@ from eval.niah import (
     string_match_all,
     summarize,
 )
+from eval.records import write_json
 from tests.eval.toy import ByteTokenizer
 
 TOK = ByteTokenizer()
@@ -121,7 +122,8 @@ def test_run_summarize_and_write(tmp_path):
     bad = summarize(run_niah(samples[:4], _oracle(TOK, wrong=True), TOK, progress=False) + good[4:])
     assert bad["by_length"] == {700: 0.0, 900: 100.0} and bad["overall"] == 50.0
     assert bad["by_length_depth"][900] == {0: 100.0, 100: 100.0}
-    json.dumps(bad)
+    saved = json.loads(write_json(tmp_path / "niah.json", bad).read_text())
+    assert saved["by_length_depth"]["900"] == {"0": 100.0, "100": 100.0}
     png = plot_heatmap(bad, tmp_path / "niah.png")
     assert png.read_bytes()[:4] == b"\x89PNG"
 
