@@ -1,0 +1,95 @@
+"""PNG figures of the evaluations (matplotlib, Agg backend): curves, heatmaps and histograms."""
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402  (after choosing the backend)
+import numpy as np  # noqa: E402
+
+
+def _save(fig, path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120, bbox_inches="tight")
+    plt.close(fig)
+    return path
+
+
+def line_plot(
+    curves: Mapping[str, Mapping[float, float]], path, *, xlabel: str, ylabel: str, title: str = "", log_x: bool = True
+) -> Path:
+    """One line per name through its (x, y) points, sorted by x (e.g. perplexity vs evaluation length)."""
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    for name, points in curves.items():
+        xs = sorted(points)
+        ax.plot(xs, [points[x] for x in xs], marker="o", label=name)
+    if log_x:
+        ax.set_xscale("log", base=2)
+    ax.set(xlabel=xlabel, ylabel=ylabel, title=title)
+    ax.grid(True, alpha=0.3)
+    ax.legend()
+    return _save(fig, path)
+
+
+def heatmap(
+    values,
+    path,
+    *,
+    row_labels: Sequence,
+    col_labels: Sequence,
+    xlabel: str,
+    ylabel: str,
+    title: str = "",
+    cbar_label: str = "",
+    cmap: str = "RdYlGn",
+    vmin: float | None = None,
+    vmax: float | None = None,
+    annotate: bool = True,
+) -> Path:
+    """A [rows, cols] matrix as coloured cells, labelled, with the values written in when it is small."""
+    values = np.asarray(values, dtype=float)
+    if values.shape != (len(row_labels), len(col_labels)):
+        raise ValueError(f"values: expected shape {(len(row_labels), len(col_labels))}, got {values.shape}")
+    fig, ax = plt.subplots(figsize=(max(4.0, 0.6 * len(col_labels) + 2), max(3.0, 0.35 * len(row_labels) + 1.5)))
+    im = ax.imshow(values, cmap=cmap, vmin=vmin, vmax=vmax, aspect="auto")
+    ax.set_xticks(range(len(col_labels)), [str(c) for c in col_labels])
+    ax.set_yticks(range(len(row_labels)), [str(r) for r in row_labels])
+    ax.set(xlabel=xlabel, ylabel=ylabel, title=title)
+    if annotate and values.size <= 400:
+        for (i, j), v in np.ndenumerate(values):
+            if np.isfinite(v):
+                ax.text(j, i, f"{v:.2g}" if abs(v) < 1 else f"{v:.0f}", ha="center", va="center", fontsize=7)
+    fig.colorbar(im, ax=ax, label=cbar_label)
+    return _save(fig, path)
+
+
+def histograms(
+    panels: Mapping[str, tuple[Sequence[float], Sequence[float]]],
+    path,
+    *,
+    xlabel: str,
+    bulk_label: str,
+    marker_label: str,
+    title: str = "",
+    bins: int = 40,
+) -> Path:
+    """One panel per name: a histogram of the bulk values and vertical lines at the marked values."""
+    n = len(panels)
+    cols = min(4, n)
+    rows = -(-n // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 2.6 * rows), squeeze=False)
+    for ax, (name, (bulk, marked)) in zip(axes.flat, panels.items()):
+        ax.hist(np.asarray(bulk, float), bins=bins, color="tab:blue", alpha=0.7, label=bulk_label)
+        for i, m in enumerate(np.asarray(marked, float).reshape(-1)):
+            ax.axvline(m, color="tab:red", linewidth=2, label=marker_label if i == 0 else None)
+        ax.set(title=name, xlabel=xlabel)
+    for ax in axes.flat[n:]:
+        ax.axis("off")
+    axes.flat[0].legend(fontsize=7)
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    return _save(fig, path)

@@ -1,0 +1,140 @@
+"""S-NIAH: deterministic RULER-style samples that fill the length budget exactly, and RULER's scoring."""
+
+import json
+import re
+
+import pytest
+
+from eval import niah
+from eval.niah import (
+    NEEDLE,
+    TASKS,
+    TEMPLATE,
+    build_context,
+    essay_words,
+    generate_samples,
+    plot_heatmap,
+    postprocess_prediction,
+    run_niah,
+    singular,
+    split_sentences,
+    string_match_all,
+    summarize,
+)
+from eval.records import write_json
+from tests.eval.toy import ByteTokenizer
+
+TOK = ByteTokenizer()
+
+
+@pytest.mark.parametrize("task", sorted(TASKS))
+def test_samples_are_deterministic_and_independent_of_the_grid(task):
+    a = generate_samples(task, TOK, lengths=[640, 1024], depths=[0, 50], num_samples=2, progress=False)
+    b = generate_samples(task, TOK, lengths=[640, 1024], depths=[0, 50], num_samples=2, progress=False)
+    c = generate_samples(task, TOK, lengths=[1024], depths=[50], num_samples=1, progress=False)
+    assert a == b and len(a) == 8
+    assert c[0] == next(s for s in a if (s.length, s.depth, s.index) == (1024, 50, 0))
+    assert len({s.outputs[0] for s in a}) == 8
+    d = generate_samples(task, TOK, lengths=[1024], depths=[50], num_samples=1, seed=7, progress=False)
+    assert d[0].outputs != c[0].outputs
+
+
+@pytest.mark.parametrize("task", sorted(TASKS))
+def test_haystack_is_the_largest_that_fits(task):
+    spec = TASKS[task]
+    words = essay_words() if spec.haystack == "essay" else []
+    for s in generate_samples(task, TOK, lengths=[640, 2000], depths=[0, 30, 100], num_samples=1, progress=False):
+        assert s.num_tokens == len(TOK.encode(s.prompt)) and s.num_tokens + 128 <= s.length
+        needle = NEEDLE.format(type_needle_v=spec.type_needle_v, key=s.key, value=s.outputs[0])
+        type_v = spec.type_needle_v[:-1]
+        bigger = singular(TEMPLATE).format(
+            type_needle_v=type_v, context=build_context(spec, words, s.num_units + 1, s.depth, needle), query=s.key
+        ) + s.answer_prefix
+        assert len(TOK.encode(bigger)) + 128 > s.length
+        assert s.prompt.count(needle) == 1
+
+
+def test_prompt_text_value_and_spans():
+    s1 = generate_samples("niah_single_1", TOK, lengths=[700], depths=[0], num_samples=1, progress=False)[0]
+    assert s1.prompt.startswith(
+        "A special magic number is hidden within the following text. Make sure to memorize it. "
+        "I will quiz you about the number afterwards.\nOne of the special magic numbers for "
+    )
+    assert s1.prompt.endswith(
+        f"There and back again.\nWhat is the special magic number for {s1.key} mentioned in the provided text?"
+        f" The special magic number for {s1.key} mentioned in the provided text is"
+    )
+    assert re.fullmatch(r"[1-9]\d{6}", s1.outputs[0]) and re.fullmatch(r"[a-z]+-[a-z]+", s1.key)
+    ids = TOK.encode(s1.prompt)
+    assert TOK.decode(ids[slice(*s1.value_token_span)]) == s1.outputs[0]
+    assert TOK.decode(ids[slice(*s1.needle_token_span)]).startswith("One of the special magic numbers")
+    s3 = generate_samples("niah_single_3", TOK, lengths=[700], depths=[100], num_samples=1, progress=False)[0]
+    assert re.fullmatch(r"[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}", s3.outputs[0])
+    assert f"is: {s3.outputs[0]}.\nWhat is the special magic uuid for" in s3.input
+
+
+def test_essay_folder_and_errors(tmp_path):
+    (tmp_path / "b.txt").write_text("Second essay here.")
+    (tmp_path / "a.txt").write_text("First  essay,\n\nwith words.")
+    assert essay_words(str(tmp_path)) == ["First", "essay,", "with", "words.", "Second", "essay", "here."]
+    s = generate_samples("niah_single_2", TOK, lengths=[700], depths=[50], num_samples=1, essay_dir=str(tmp_path), progress=False)[0]
+    assert "First essay, with words. Second essay here. First essay" in s.input and "Four score" not in s.input
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError, match="essay_dir"):
+        essay_words(str(tmp_path / "empty"))
+    with pytest.raises(ValueError, match="task"):
+        generate_samples("niah_single_9", TOK, lengths=[700], progress=False)
+    with pytest.raises(ValueError, match="lengths: 200"):
+        generate_samples("niah_single_1", TOK, lengths=[200], depths=[0], num_samples=1, progress=False)
+    with pytest.raises(ValueError, match="depths"):
+        generate_samples("niah_single_1", TOK, lengths=[700], depths=[101], progress=False)
+
+
+def test_split_sentences():
+    assert split_sentences(' He said "Go." Then? Yes! (Done.) end') == ['He said "Go."', "Then?", "Yes!", "(Done.)", "end"]
+
+
+def test_scoring_known_answers():
+    assert string_match_all(["The number is 1234567.", "none"], [["1234567"], ["42"]]) == 50.0
+    assert string_match_all(["ID: ABCDEF-12"], [["abcdef-12", "zz"]]) == 50.0
+    assert postprocess_prediction("  \x00 answer\x01is\t 7 \n") == "answer\nis\n 7"
+    with pytest.raises(ValueError, match="preds"):
+        string_match_all([], [])
+
+
+def _oracle(tokenizer, wrong=False):
+    def generate(prompts, max_new_tokens):
+        outs = []
+        for p in prompts:
+            value = re.search(r"is: (\S+)\.", tokenizer.decode(p)).group(1)
+            text = " 0000000." if wrong else f" {value.upper()}. More text"
+            outs.append(tokenizer.encode(text)[:max_new_tokens] + [tokenizer.eos_id, 65, 66])
+        return outs
+
+    return generate
+
+
+def test_run_summarize_and_write(tmp_path):
+    samples = generate_samples("niah_single_3", TOK, lengths=[700, 900], depths=[0, 100], num_samples=2, progress=False)
+    good = run_niah(samples, _oracle(TOK), TOK, batch_size=3, progress=False)
+    assert [r["index"] for r in good] == [s.index for s in samples]
+    assert all(r["score"] == 100.0 and r["pred"].endswith("More text") for r in good)
+    bad = summarize(run_niah(samples[:4], _oracle(TOK, wrong=True), TOK, progress=False) + good[4:])
+    assert bad["by_length"] == {700: 0.0, 900: 100.0} and bad["overall"] == 50.0
+    assert bad["by_length_depth"][900] == {0: 100.0, 100: 100.0}
+    saved = json.loads(write_json(tmp_path / "niah.json", bad).read_text())
+    assert saved["by_length_depth"]["900"] == {"0": 100.0, "100": 100.0}
+    png = plot_heatmap(bad, tmp_path / "niah.png")
+    assert png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_search_gallops_both_ways():
+    calls = []
+
+    def fits(n):
+        calls.append(n)
+        return n <= 1000
+
+    assert niah._largest_fitting(fits, 64) == 1000
+    assert niah._largest_fitting(fits, 5000) == 1000
+    assert niah._largest_fitting(fits, 1000) == 1000 and niah._largest_fitting(lambda n: False, 10) == 0
