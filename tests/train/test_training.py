@@ -1,0 +1,135 @@
+"""End-to-end training: sharded == single device, SIGTERM + resume == uninterrupted, determinism,
+two processes on one mesh, NaN handling, config errors.
+
+Each run is a separate process (tests/train/tiny_run.py) so device counts and jax.distributed
+can be set before JAX starts.
+"""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from tests.train.tiny_run import tiny_config
+from train.config import TrainConfig, load_config
+from train.loop import NonFiniteLoss, train
+from train.metrics import read_metrics
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _start(workdir, devices=1, env=None, **changes):
+    environ = {**os.environ, "PYTHONPATH": ROOT, "JAX_PLATFORMS": "cpu",
+               "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}", **(env or {})}
+    return subprocess.Popen([sys.executable, "-m", "tests.train.tiny_run", str(workdir), json.dumps(changes)],
+                            env=environ, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def _finish(proc, timeout=300):
+    out, _ = proc.communicate(timeout=timeout)
+    assert proc.returncode == 0, out[-3000:]
+    return out
+
+
+def _losses(workdir):
+    return {row["step"]: row["loss"] for row in read_metrics(workdir / "metrics.jsonl")}
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """The reference run on 1 device, and the same run on a 2x2x2 mesh of 8 devices with 2 microbatches."""
+    base = tmp_path_factory.mktemp("runs")
+    single = _start(base / "single")
+    sharded = _start(base / "sharded", devices=8, mesh={"data": 2, "fsdp": 2, "tensor": 2}, grad_accum=2)
+    _finish(single)
+    _finish(sharded)
+    return {"single": _losses(base / "single"), "sharded": _losses(base / "sharded"), "dir": base}
+
+
+def test_sharded_mesh_with_accumulation_matches_one_device(runs):
+    single, sharded = runs["single"], runs["sharded"]
+    assert sorted(single) == list(range(1, 9)) == sorted(sharded)
+    np.testing.assert_allclose([sharded[s] for s in single], list(single.values()), rtol=2e-5)
+    assert single[8] < single[1]
+
+
+def test_sigterm_saves_and_resume_continues_the_exact_run(runs, tmp_path):
+    workdir = tmp_path / "interrupted"
+    proc = _start(workdir, steps=8, checkpoint_every=100)
+    banner = proc.stdout.readline()  # printed once the state is built, before the first step compiles
+    assert "step 0 of 8" in banner, banner
+    proc.send_signal(signal.SIGTERM)  # lands during the first step: it finishes, saves, and stops
+    out = _finish(proc)
+    first = _losses(workdir)
+    assert "SIGTERM: saved step 1 " in out and sorted(first) == [1], out[-2000:]
+    # the same seed gives the same run: the steps before the interruption equal the reference
+    assert all(first[s] == runs["single"][s] for s in first)
+
+    _finish(_start(workdir, steps=8, checkpoint_every=100))
+    resumed = _losses(workdir)
+    assert sorted(resumed) == list(range(1, 9))
+    np.testing.assert_array_equal([resumed[s] for s in range(1, 9)], [runs["single"][s] for s in range(1, 9)])
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_two_processes_train_on_one_mesh(tmp_path):
+    env = {"JAX_COORDINATOR_ADDRESS": f"127.0.0.1:{_free_port()}", "JAX_NUM_PROCESSES": "2"}
+    procs = [_start(tmp_path / "multi", env={**env, "JAX_PROCESS_ID": str(i)}, steps=4, checkpoint_every=2)
+             for i in range(2)]
+    try:
+        outs = [_finish(p, timeout=240) for p in procs]
+    finally:  # one process failing leaves the other waiting in a collective
+        for p in procs:
+            p.kill()
+    summaries = [json.loads(o.strip().splitlines()[-1]) for o in outs]
+    assert summaries[0]["final_loss"] == summaries[1]["final_loss"]
+    assert all(s["steps"] == 4 for s in summaries)
+    losses = _losses(tmp_path / "multi")  # written by process 0 only
+    assert sorted(losses) == [1, 2, 3, 4] and all(np.isfinite(list(losses.values())))
+    assert (tmp_path / "multi" / "checkpoints" / "4").exists()
+
+
+def test_non_finite_loss_stops_naming_the_step(tmp_path):
+    cfg = tiny_config(optim={"lr": 1e30, "warmup_steps": 0, "grad_clip": 0.0}, steps=6, checkpoint_every=0)
+    with pytest.raises(NonFiniteLoss, match=r"step \d: loss or gradient norm is not finite"):
+        train(cfg, tmp_path, progress=False)
+
+
+@pytest.mark.parametrize("overrides,match", [
+    ({"optim.lrr": 1.0}, r"optim\.lrr: unknown key \(did you mean 'lr'\?\)"),
+    ({"stepz": 3}, r"stepz: unknown key \(did you mean 'steps'\?\)"),
+    ({"model.hidden_sise": 64}, r"hidden_sise"),
+    ({"grad_accum": 3}, r"grad_accum: must divide data\.batch_size=32"),
+    ({"on_nan": "ignore"}, r"on_nan: expected Literal\['stop', 'skip'\]"),
+    ({"mesh.data": 0}, r"mesh: axis sizes must be positive or -1"),
+])
+def test_config_errors(overrides, match):
+    with pytest.raises(ValueError, match=match):
+        load_config("smoke", overrides)
+
+
+def test_cli_rejects_unknown_config_with_a_suggestion():
+    out = subprocess.run([sys.executable, "-m", "train", "--config", "dmeo"], cwd=ROOT, capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": ROOT})
+    assert out.returncode == 2 and "did you mean 'demo'?" in out.stderr
+
+
+def test_mesh_shape_errors():
+    from train.sharding import MeshConfig
+
+    assert MeshConfig(data=-1, tensor=2).shape(8) == (4, 1, 2)
+    with pytest.raises(ValueError, match=r"needs 4 devices, but 8 are available"):
+        MeshConfig(data=2, fsdp=2, tensor=1).shape(8)
+    with pytest.raises(ValueError, match=r"at most one axis may be -1"):
+        MeshConfig(data=-1, fsdp=-1)
+    assert isinstance(load_config("demo")[0], TrainConfig)

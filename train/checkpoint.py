@@ -1,0 +1,56 @@
+"""Checkpoints through orbax's CheckpointManager: async, atomic (orbax writes to a temporary
+directory and renames), keep-N. One checkpoint holds the train state (parameters, optimizer
+state, step), the data iterator's state, and the resolved config, so a restart resumes the
+exact run.
+"""
+
+import pathlib
+
+import grain
+import orbax.checkpoint as ocp
+
+
+class Checkpointer:
+    def __init__(self, directory, *, max_to_keep: int = 3, async_save: bool = True):
+        self.directory = pathlib.Path(directory).absolute()
+        self.manager = ocp.CheckpointManager(
+            self.directory,
+            options=ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=True,
+                                                 enable_async_checkpointing=async_save),
+        )
+
+    def latest_step(self) -> int | None:
+        return self.manager.latest_step()
+
+    def save(self, step: int, state, data_iterator, config: dict, *, force: bool = False) -> bool:
+        """Save `state`, the grain iterator's position (one file per process) and the config."""
+        return self.manager.save(
+            step,
+            args=ocp.args.Composite(state=ocp.args.StandardSave(state),
+                                    data=grain.checkpoint.CheckpointSave(data_iterator),
+                                    config=ocp.args.JsonSave(config)),
+            force=force,
+        )
+
+    def restore(self, step: int, abstract_state, data_iterator):
+        """(state, config) of `step`, and `data_iterator` moved to where it was.
+
+        `abstract_state` gives the shapes, dtypes and shardings to restore into.
+        """
+        out = self.manager.restore(
+            step,
+            args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract_state),
+                                    data=grain.checkpoint.CheckpointRestore(data_iterator),
+                                    config=ocp.args.JsonRestore()),
+        )
+        return out.state, out.config
+
+    def restore_config(self, step: int) -> dict:
+        return self.manager.restore(step, args=ocp.args.Composite(config=ocp.args.JsonRestore())).config
+
+    def wait(self):
+        self.manager.wait_until_finished()
+
+    def close(self):
+        self.manager.wait_until_finished()
+        self.manager.close()

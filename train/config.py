@@ -1,0 +1,77 @@
+"""The training run's config: model preset (+ overrides), data, optimizer, mesh, loop and checkpoints.
+
+`load_config(name_or_path, overrides)` takes a named run (train/runs.py) or a YAML file and
+`--set key=value` overrides. Keys under `model.` go to the model preset (`get_config` checks
+them against the model's own fields); everything else is validated against these dataclasses
+and unknown keys are rejected with the closest valid name.
+"""
+
+import dataclasses
+from typing import Any, Literal
+
+from ccq_jax import configlib
+from train.data.config import DataConfig
+from train.optim import OptimConfig
+from train.sharding import MeshConfig
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+    name: str = "run"
+    model: str = "gla-tiny"  # a preset of ccq_jax.models.get_config
+    model_overrides: dict = dataclasses.field(default_factory=dict)
+    data: DataConfig = dataclasses.field(default_factory=DataConfig)
+    optim: OptimConfig = dataclasses.field(default_factory=OptimConfig)
+    mesh: MeshConfig = dataclasses.field(default_factory=MeshConfig)
+    steps: int = 1000
+    grad_accum: int = 1  # microbatches per step (the global batch is split into this many)
+    seed: int = 0
+    log_every: int = 10
+    eval_batches: int = 4  # held-out batches scored at the end (recall accuracy for synthetic tasks)
+    checkpoint_every: int = 500  # 0: only at the end
+    keep_checkpoints: int = 3
+    async_checkpoint: bool = True
+    on_nan: Literal["stop", "skip"] = "stop"
+    peak_tflops: float = 0.0  # per device, for MFU; 0 = the device's known peak or no MFU
+
+    def __post_init__(self):
+        configlib.check_field_types(self)
+        for name in ("steps", "grad_accum", "log_every"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name}: expected >= 1, got {getattr(self, name)}")
+        for name in ("eval_batches", "checkpoint_every", "keep_checkpoints"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name}: expected >= 0, got {getattr(self, name)}")
+        if self.data.batch_size % self.grad_accum:
+            raise ValueError(f"grad_accum: must divide data.batch_size={self.data.batch_size}, got {self.grad_accum}")
+        from ccq_jax.models import get_config
+
+        get_config(self.model, **self.model_overrides)  # fails early, naming a bad preset or field
+
+    def to_dict(self) -> dict:
+        return configlib.to_dict(self)
+
+
+def apply_overrides(cfg: TrainConfig, overrides: dict[str, Any]) -> TrainConfig:
+    """`model.x=v` updates the model overrides; other dotted keys are set on the config."""
+    model = {k.split(".", 1)[1]: v for k, v in overrides.items() if k.startswith("model.")}
+    rest = {k: v for k, v in overrides.items() if not k.startswith("model.")}
+    cfg = configlib.with_overrides(cfg, rest)
+    if model:
+        cfg = dataclasses.replace(cfg, model_overrides={**cfg.model_overrides, **model})
+    return cfg
+
+
+def load_config(name_or_path: str, overrides: dict[str, Any] | None = None) -> list[TrainConfig]:
+    """The runs of a named config (train/runs.py) or of a YAML file, with overrides applied to each."""
+    from train.runs import RUNS
+
+    if name_or_path in RUNS:
+        runs = RUNS[name_or_path]()
+    elif name_or_path.endswith((".yaml", ".yml")):
+        data = configlib.load_yaml(name_or_path)
+        runs = [configlib.from_dict(TrainConfig, run) for run in data.pop("runs", [data])]
+    else:
+        raise ValueError(f"--config: expected a YAML file or one of {sorted(RUNS)}"
+                         f"{configlib.suggestion(name_or_path, RUNS)}, got {name_or_path!r}")
+    return [apply_overrides(run, overrides or {}) for run in runs]

@@ -1,0 +1,64 @@
+"""Training metrics: one writer for JSONL and TensorBoard, and the loss-curve PNG drawn at the end."""
+
+import json
+import pathlib
+
+import numpy as np
+
+
+class MetricsWriter:
+    """Appends `{"step": s, **scalars}` lines to `<workdir>/metrics.jsonl` and the same scalars to TensorBoard."""
+
+    def __init__(self, workdir, enabled: bool = True):
+        self.path = pathlib.Path(workdir) / "metrics.jsonl"
+        self.enabled = enabled
+        self._tb = None
+        if enabled:
+            from tensorboardX import SummaryWriter
+
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._tb = SummaryWriter(str(self.path.parent / "tensorboard"))
+
+    def write(self, step: int, scalars: dict):
+        if not self.enabled:
+            return
+        row = {"step": int(step), **{k: float(v) for k, v in scalars.items()}}
+        with self.path.open("a") as f:
+            f.write(json.dumps(row) + "\n")
+        for key, value in row.items():
+            if key != "step":
+                self._tb.add_scalar(key, value, row["step"])
+
+    def close(self):
+        if self._tb is not None:
+            self._tb.close()
+
+
+def read_metrics(path) -> list[dict]:
+    path = pathlib.Path(path)
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def plot_curves(runs: dict, out_png, key: str = "loss", title: str = "training loss"):
+    """One curve of `key` against step per run: runs = {label: [metric rows]}."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for label, rows in runs.items():
+        points = [(r["step"], r[key]) for r in rows if key in r]
+        if points:
+            steps, values = np.array(points).T
+            ax.plot(steps, values, label=label)
+    ax.set_xlabel("step")
+    ax.set_ylabel(key)
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(out_png, dpi=120)
+    plt.close(fig)

@@ -1,0 +1,108 @@
+"""Device mesh and logical-axis sharding: one rules table maps named axes to the mesh axes.
+
+Mesh axes are `data`, `fsdp` and `tensor` (sizes from config; one of them may be -1 to take
+the remaining devices). Parameters carry logical axis names (`embed`, `heads`, `kv`, `mlp`,
+`vocab`, ...) as NNX sharding metadata; `RULES` maps each to a mesh axis. The same code runs
+on one CPU, 8 fake CPU devices, one or two GPUs, and a TPU slice.
+"""
+
+import dataclasses
+import math
+import os
+
+import jax
+import numpy as np
+from flax import nnx
+from jax.sharding import NamedSharding, PartitionSpec
+
+MESH_AXES = ("data", "fsdp", "tensor")
+BATCH_AXES = ("data", "fsdp")
+
+# logical axis -> mesh axis (or None: replicated). The one place sharding policy lives.
+RULES = (
+    ("batch", BATCH_AXES),
+    ("embed", "fsdp"),
+    ("vocab", "tensor"),
+    ("heads", "tensor"),
+    ("mlp", "tensor"),
+    ("kv", None),
+    ("conv", None),
+    ("norm", None),
+    ("layers", None),
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class MeshConfig:
+    data: int = -1
+    fsdp: int = 1
+    tensor: int = 1
+
+    def __post_init__(self):
+        sizes = dataclasses.astuple(self)
+        if any(s == 0 or s < -1 for s in sizes):
+            raise ValueError(f"mesh: axis sizes must be positive or -1, got {dict(zip(MESH_AXES, sizes))}")
+        if sizes.count(-1) > 1:
+            raise ValueError("mesh: at most one axis may be -1 (it takes the remaining devices)")
+
+    def shape(self, num_devices: int) -> tuple[int, ...]:
+        sizes = list(dataclasses.astuple(self))
+        known = math.prod(s for s in sizes if s != -1)
+        if -1 in sizes:
+            if num_devices % known:
+                raise ValueError(f"mesh: {num_devices} devices do not split into {dict(zip(MESH_AXES, sizes))}")
+            sizes[sizes.index(-1)] = num_devices // known
+        if math.prod(sizes) != num_devices:
+            raise ValueError(f"mesh: {dict(zip(MESH_AXES, sizes))} needs {math.prod(sizes)} devices, "
+                             f"but {num_devices} are available")
+        return tuple(sizes)
+
+
+def make_mesh(cfg: MeshConfig, devices=None) -> jax.sharding.Mesh:
+    devices = list(devices if devices is not None else jax.devices())
+    shape = cfg.shape(len(devices))
+    return jax.make_mesh(shape, MESH_AXES, axis_types=(jax.sharding.AxisType.Auto,) * 3, devices=devices)
+
+
+def initialize_distributed():
+    """Join a multi-process job when the environment describes one (JAX_COORDINATOR_ADDRESS etc.)."""
+    if "JAX_COORDINATOR_ADDRESS" in os.environ and not jax.distributed.is_initialized():
+        jax.distributed.initialize(
+            coordinator_address=os.environ["JAX_COORDINATOR_ADDRESS"],
+            num_processes=int(os.environ["JAX_NUM_PROCESSES"]),
+            process_id=int(os.environ["JAX_PROCESS_ID"]),
+        )
+
+
+def _fit(spec: PartitionSpec, shape, mesh) -> PartitionSpec:
+    """Drop mesh axes from dimensions they do not divide (a tiny vocab on 8 devices stays replicated)."""
+    fitted = []
+    for dim, axes in zip(shape, tuple(spec) + (None,) * (len(shape) - len(spec))):
+        names = (axes,) if isinstance(axes, str) else tuple(axes or ())
+        size = math.prod(mesh.shape[n] for n in names)
+        fitted.append(axes if names and dim % size == 0 else None)
+    return PartitionSpec(*fitted)
+
+
+def state_shardings(abstract_state, mesh, rules=RULES):
+    """NamedSharding for every variable of an (abstract) NNX state, from its logical axis names."""
+    with nnx.logical_axis_rules(rules):
+        specs = nnx.get_partition_spec(abstract_state)
+    is_spec = lambda x: isinstance(x, PartitionSpec)
+    return jax.tree.map(lambda spec, x: NamedSharding(mesh, _fit(spec, x.shape, mesh)), specs, abstract_state,
+                        is_leaf=is_spec)
+
+
+def batch_sharding(mesh) -> NamedSharding:
+    """[B, T] batches split over data and fsdp."""
+    return NamedSharding(mesh, PartitionSpec(BATCH_AXES))
+
+
+def replicated(mesh) -> NamedSharding:
+    return NamedSharding(mesh, PartitionSpec())
+
+
+def host_batch_to_global(batch: dict, mesh) -> dict:
+    """Assemble each host's slice of the batch into global arrays sharded over the batch axes."""
+    sharding = batch_sharding(mesh)
+    return {k: jax.make_array_from_process_local_data(sharding, np.asarray(v)) for k, v in batch.items()}
