@@ -43,6 +43,9 @@ def main(argv=None):
     summaries = []
     for run in runs:
         summaries.append(train(run, workdir / run.name if len(runs) > 1 else workdir, progress=not a.no_progress))
+        if summaries[-1]["preempted"]:
+            print(f"stopped by SIGTERM; run the same command again to resume from {workdir}")
+            return 143
     workdir.mkdir(parents=True, exist_ok=True)
     (workdir / "summary.json").write_text(json.dumps(summaries, indent=1))
     if len(runs) > 1:

@@ -166,7 +166,7 @@ def _train(cfg: TrainConfig, workdir: pathlib.Path, progress: bool, preempted: _
     it.close()
     writer.close()
     summary = {"name": cfg.name, "model": cfg.model, "params": n_params, "steps": int(state.step),
-               **({"final_loss": float(metrics["loss"])} if metrics else {})}
+               "preempted": preempted.flag, **({"final_loss": float(metrics["loss"])} if metrics else {})}
     if int(state.step) == cfg.steps:
         summary.update(evaluate(eval_step, state.params, cfg, mesh))
         if main_process:
