@@ -14,13 +14,11 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from ccq_jax.layers import _config as check
+from ccq_jax.layers import _checks as check
 from ccq_jax.layers.cache import KVCache
 from ccq_jax.layers.params import linear
 from ccq_jax.layers.recurrent import heads
 from ccq_jax.ops._common import doc_ids
-
-ATTN_IMPLS = (None, "xla", "cudnn")
 
 
 def attention_head_dim(hidden_size, num_heads, num_kv_heads=None) -> int:

@@ -5,39 +5,37 @@ Gate modes (`CCQConfig.mode`):
     "fixed"    lam_t = fixed_lambda                      (the paper's fixed-lambda ablation)
     "off"      no CCQ read at all: the layer runs its plain backbone and keeps no statistics
 The parameters exist in every mode, so a trained model switches modes without changing its
-parameters (`ccq_jax.models.with_config(model, ccq={"mode": "off"})`, the paper's
+parameters (`ccq_jax.models.with_config(model, **{"ccq.mode": "off"})`, the paper's
 "CCQ off at inference" ablation). `weight` starts at zero and `bias` at `gate_bias_init`
 (default logit(0.1), so a fresh learned gate starts where the fixed ablation sits).
 """
 
+import dataclasses
 import math
+from typing import Literal
 
 import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from ccq_jax.layers import _config as check
-from ccq_jax.layers._config import config
+from ccq_jax import configlib
+from ccq_jax.layers import _checks as check
 from ccq_jax.layers.params import param
 
-GATE_MODES = ("learned", "fixed", "off")
 
-
-@config
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class CCQConfig:
     """mode: learned | fixed | off; centered / normalize_keys: the covariance conventions of `ops.ccq_query`."""
 
-    mode: str = "learned"
+    mode: Literal["learned", "fixed", "off"] = "learned"
     fixed_lambda: float = 0.1
     centered: bool = True
     normalize_keys: bool = True
     gate_bias_init: float = math.log(0.1 / 0.9)
 
     def __post_init__(self):
-        check.choice("ccq.mode", self.mode, GATE_MODES)
+        configlib.check_field_types(self, "ccq.")
         check.real("ccq.fixed_lambda", self.fixed_lambda, lo=0.0, hi=1.0)
-        check.boolean("ccq.centered", self.centered)
-        check.boolean("ccq.normalize_keys", self.normalize_keys)
         check.real("ccq.gate_bias_init", self.gate_bias_init)
 
     @property

@@ -4,32 +4,10 @@ Counts come from shapes only (`jax.eval_shape`), so even the 1.3B presets take a
 """
 
 import argparse
-import ast
 
+from ccq_jax import configlib
 from ccq_jax.models.params import count_params
 from ccq_jax.models.presets import PRESETS, get_config
-
-
-def _value(text: str):
-    try:
-        return ast.literal_eval(text)
-    except (ValueError, SyntaxError):
-        return text
-
-
-def parse_overrides(pairs) -> dict:
-    """["dtype=bfloat16", "ccq.mode=off"] -> {"dtype": "bfloat16", "ccq": {"mode": "off"}}."""
-    overrides = {}
-    for pair in pairs:
-        key, sep, text = pair.partition("=")
-        if not sep:
-            raise ValueError(f"--set: expected FIELD=VALUE, got {pair!r}")
-        head, _, sub = key.partition(".")
-        if sub:
-            overrides.setdefault(head, {})[sub] = _value(text)
-        else:
-            overrides[head] = _value(text)
-    return overrides
 
 
 def main(argv=None) -> None:
@@ -39,7 +17,7 @@ def main(argv=None) -> None:
                         help="override a config field, e.g. --set vocab_size=50304 --set ccq.mode=fixed")
     args = parser.parse_args(argv)
     try:
-        overrides = parse_overrides(args.overrides)
+        overrides = configlib.parse_overrides(args.overrides)
         configs = {name: get_config(name, **overrides) for name in args.names or PRESETS}
     except ValueError as err:
         parser.error(str(err))

@@ -1,30 +1,32 @@
 """Model configs: frozen, self-validating dataclasses, one per family, with fla's field names and defaults.
 
 `TransformerConfig`, `GLAConfig` and `GatedDeltaNetConfig` default to fla's default (1.3B)
-`TransformerConfig` / `GLAConfig` / `GatedDeltaNetConfig`. Every bad value raises a
-`ValueError` naming the field; unknown keys are rejected with the closest valid name.
-`dtype` is the compute dtype, `param_dtype` the parameters' (e.g. bf16 compute on fp32
-parameters); recurrent states, gates and statistics are fp32 whatever these are.
+`TransformerConfig` / `GLAConfig` / `GatedDeltaNetConfig`. Types are checked by
+`ccq_jax.configlib`, values here; every failure is a `ValueError` naming the field. Built
+from dicts or overrides (`config_from_dict`, `apply_overrides`, `get_config(name, **overrides)`)
+unknown keys are rejected with the closest valid name. `dtype` is the compute dtype,
+`param_dtype` the parameters' (e.g. bf16 compute on fp32 parameters); recurrent states,
+gates and statistics are fp32 whatever these are.
 """
 
 import dataclasses
-from typing import ClassVar
+from typing import Any, ClassVar, Literal, Mapping
 
 import jax.numpy as jnp
 
-from ccq_jax.layers import _config as check
-from ccq_jax.layers._config import config, reject_unknown
-from ccq_jax.layers.attention import ATTN_IMPLS, attention_head_dim
+from ccq_jax import configlib
+from ccq_jax.layers import _checks as check
+from ccq_jax.layers.attention import attention_head_dim
 from ccq_jax.layers.ccq import CCQConfig
 from ccq_jax.layers.gated_deltanet import gdn_dims
 from ccq_jax.layers.gla import gla_dims
 from ccq_jax.layers.mlp import mlp_width
 from ccq_jax.ops import BACKENDS
 
-DTYPES = ("float32", "bfloat16", "float16")
+DType = Literal["float32", "bfloat16", "float16"]
 
 
-@config
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class ModelConfig:
     """Fields every family has (the embedding, the blocks' norms and MLPs, dtypes)."""
 
@@ -39,18 +41,16 @@ class ModelConfig:
     norm_eps: float = 1e-6
     initializer_range: float = 0.02
     tie_word_embeddings: bool = False
-    dtype: str = "float32"
-    param_dtype: str = "float32"
+    dtype: DType = "float32"
+    param_dtype: DType = "float32"
 
     def __post_init__(self):
+        configlib.check_field_types(self)
         for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_heads", "hidden_ratio"):
             check.integer(name, getattr(self, name), minimum=1)
         check.integer("intermediate_size", self.intermediate_size, minimum=1, optional=True)
         check.real("norm_eps", self.norm_eps, lo=0, lo_open=True)
         check.real("initializer_range", self.initializer_range, lo=0)
-        check.boolean("tie_word_embeddings", self.tie_word_embeddings)
-        check.choice("dtype", self.dtype, DTYPES)
-        check.choice("param_dtype", self.param_dtype, DTYPES)
 
     @property
     def mlp_width(self) -> int:
@@ -66,10 +66,10 @@ class ModelConfig:
 
     def to_dict(self) -> dict:
         """Plain values (the CCQ config as a dict) plus the `family` key; `config_from_dict` inverts it."""
-        return {"family": self.family, **dataclasses.asdict(self)}
+        return {"family": self.family, **configlib.to_dict(self)}
 
 
-@config
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class TransformerConfig(ModelConfig):
     """Softmax attention with RoPE; attn_impl picks `jax.nn.dot_product_attention`'s implementation."""
 
@@ -78,18 +78,17 @@ class TransformerConfig(ModelConfig):
     num_heads: int = 32
     num_kv_heads: int | None = None
     rope_theta: float = 10000.0
-    attn_impl: str | None = None
+    attn_impl: Literal["xla", "cudnn"] | None = None
 
     def __post_init__(self):
         super().__post_init__()
         attention_head_dim(self.hidden_size, self.num_heads, self.num_kv_heads)
         check.real("rope_theta", self.rope_theta, lo=0, lo_open=True)
-        check.choice("attn_impl", self.attn_impl, ATTN_IMPLS)
 
 
-@config
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class LinearAttentionConfig(ModelConfig):
-    """Fields the linear-attention families share: CCQ, kernels, short convolutions."""
+    """Fields the linear-attention families share: CCQ, kernels (`ccq_jax.ops` impls), short convolutions."""
 
     ccq: CCQConfig | None = None
     attn_impl: str = "chunk"
@@ -100,18 +99,13 @@ class LinearAttentionConfig(ModelConfig):
 
     def __post_init__(self):
         super().__post_init__()
-        if isinstance(self.ccq, dict):
-            object.__setattr__(self, "ccq", CCQConfig(**self.ccq))
-        if self.ccq is not None and not isinstance(self.ccq, CCQConfig):
-            raise ValueError(f"ccq: expected a CCQConfig, a dict of its fields or None, got {self.ccq!r}")
-        check.choice("attn_impl", self.attn_impl, tuple(BACKENDS))
-        check.choice("decode_impl", self.decode_impl, tuple(BACKENDS))
+        configlib.check_choice("attn_impl", self.attn_impl, BACKENDS)
+        configlib.check_choice("decode_impl", self.decode_impl, BACKENDS)
         check.integer("chunk_size", self.chunk_size, minimum=1, optional=True)
-        check.boolean("use_short_conv", self.use_short_conv)
         check.integer("conv_size", self.conv_size, minimum=1)
 
 
-@config
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class GLAConfig(LinearAttentionConfig):
     """fla's GLAConfig (gate_low_rank_dim / gate_logit_normalizer are fla's layer defaults, 16 and 16)."""
 
@@ -128,13 +122,12 @@ class GLAConfig(LinearAttentionConfig):
     def __post_init__(self):
         super().__post_init__()
         gla_dims(self.hidden_size, self.num_heads, self.num_kv_heads, self.expand_k, self.expand_v)
-        check.boolean("use_output_gate", self.use_output_gate)
         check.real("clamp_min", self.clamp_min, hi=0, optional=True)
         check.integer("gate_low_rank_dim", self.gate_low_rank_dim, minimum=1)
         check.real("gate_logit_normalizer", self.gate_logit_normalizer, lo=0, lo_open=True)
 
 
-@config
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class GatedDeltaNetConfig(LinearAttentionConfig):
     """fla's GatedDeltaNetConfig."""
 
@@ -152,27 +145,20 @@ class GatedDeltaNetConfig(LinearAttentionConfig):
     def __post_init__(self):
         super().__post_init__()
         gdn_dims(self.num_heads, self.head_dim, self.expand_v, self.num_v_heads)
-        check.boolean("use_gate", self.use_gate)
-        check.boolean("allow_neg_eigval", self.allow_neg_eigval)
 
 
 FAMILIES = {cls.family: cls for cls in (TransformerConfig, GLAConfig, GatedDeltaNetConfig)}
 
 
-def config_from_dict(values: dict) -> ModelConfig:
+def config_from_dict(values: Mapping[str, Any]) -> ModelConfig:
     """Inverse of `ModelConfig.to_dict`: the `family` key picks the class."""
     values = dict(values)
     family = values.pop("family", None)
-    if family not in FAMILIES:
-        raise ValueError(f"family: expected one of {sorted(FAMILIES)}, got {family!r}")
-    return FAMILIES[family](**values)
+    configlib.check_choice("family", family, FAMILIES)
+    return configlib.from_dict(FAMILIES[family], values)
 
 
-def apply_overrides(cfg: ModelConfig, overrides: dict) -> ModelConfig:
-    """`cfg` with fields replaced; a dict for `ccq` updates the current CCQ config (or the default one)."""
-    reject_unknown(type(cfg).__name__, overrides, {f.name for f in dataclasses.fields(cfg)})
-    overrides = dict(overrides)
-    if isinstance(overrides.get("ccq"), dict):
-        base = getattr(cfg, "ccq", None) or CCQConfig()
-        overrides["ccq"] = base.replace(**overrides["ccq"])
-    return cfg.replace(**overrides)
+def apply_overrides(cfg: ModelConfig, overrides: Mapping[str, Any]) -> ModelConfig:
+    """`cfg` with fields replaced; dotted keys reach into the CCQ config (`{"ccq.mode": "off"}`),
+    a dict for `ccq` replaces it (`{"ccq": {"mode": "fixed"}}`), `{"ccq": None}` removes it."""
+    return configlib.with_overrides(cfg, overrides)

@@ -8,8 +8,7 @@ embeddings); Gated DeltaNet keeps fla's 6 * D^2 mixer budget at D = 1024 (6 head
 `ccq-*` adds the CCQ read with the default `CCQConfig` (learned gate).
 """
 
-import difflib
-
+from ccq_jax import configlib
 from ccq_jax.layers.ccq import CCQConfig
 from ccq_jax.models.config import GatedDeltaNetConfig, GLAConfig, ModelConfig, TransformerConfig, apply_overrides
 
@@ -50,12 +49,9 @@ PRESETS = _presets()
 def get_config(name: str, **overrides) -> ModelConfig:
     """The preset `name` with any config field overridden, e.g. get_config("ccq-gla-tiny", dtype="bfloat16").
 
-    `ccq` accepts a CCQConfig, None, or a dict updating the preset's CCQ config
-    (e.g. `ccq={"mode": "off"}`).
+    Dotted keys reach into the CCQ config: `get_config("ccq-gdn-tiny", **{"ccq.mode": "off"})`;
+    `ccq={"mode": "fixed"}` replaces it and `ccq=None` removes it.
     """
-    if name not in PRESETS:
-        close = difflib.get_close_matches(str(name), list(PRESETS), n=1)
-        hint = f"; did you mean {close[0]!r}?" if close else ""
-        raise ValueError(f"name: unknown preset {name!r}{hint} (presets: {', '.join(PRESETS)})")
+    configlib.check_choice("name", name, PRESETS)
     cls, fields = PRESETS[name]
     return apply_overrides(cls(**fields), overrides)

@@ -45,7 +45,7 @@ def test_ccq_off_equals_the_backbone_with_the_same_weights(family):
     name, overrides = CASES[f"ccq-{family}"]
     overrides = dict(overrides, initializer_range=0.2)  # large enough weights for the mixers to matter
     ccq_model = build(name, overrides)
-    off = with_config(ccq_model, ccq={"mode": "off"})
+    off = with_config(ccq_model, **{"ccq.mode": "off"})
     plain = CausalLM(get_config(name, ccq=None, **overrides), rngs=nnx.Rngs(7))
     params = nnx.state(ccq_model, nnx.Param).to_pure_dict()
     for layer in params["layers"].values():
