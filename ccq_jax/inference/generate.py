@@ -1,6 +1,6 @@
-"""Jit-compiled prefill, single-token decoding and batched generation for any `CausalLM`.
+"""Jit-compiled prefill, decoding (one step, or a loop) and batched generation for any `CausalLM`.
 
-All three run the model's one forward (`model(ids, segment_ids, cache=...)`): prefill with
+All of them run the model's one forward (`model(ids, segment_ids, cache=...)`): prefill with
 the chunked kernels (`attn_impl`), decoding one token per row with `decode_impl` (the
 recurrent form by default). The model enters each compiled function as (graphdef, state), so
 the compiled step is reused for every call with the same shapes.
@@ -40,11 +40,16 @@ def prefill(model, input_ids: jax.Array, cache: tuple, segment_ids: jax.Array | 
     return _prefill(graphdef, state, jnp.asarray(input_ids), segment_ids, cache)
 
 
-def decode_step(model, tokens: jax.Array, cache: tuple):
-    """One token per row, `tokens [B]` -> (logits [B, vocab], cache): one compiled step."""
+def _check_tokens(tokens):
     tokens = jnp.asarray(tokens)
     if tokens.ndim != 1 or not jnp.issubdtype(tokens.dtype, jnp.integer):
         raise ValueError(f"tokens: expected integer token ids [B], got {tokens.dtype} {tuple(tokens.shape)}")
+    return tokens
+
+
+def decode_step(model, tokens: jax.Array, cache: tuple):
+    """One token per row, `tokens [B]` -> (logits [B, vocab], cache): one compiled step."""
+    tokens = _check_tokens(tokens)
     graphdef, state = nnx.split(model)
     return _decode(graphdef, state, tokens, cache)
 
@@ -58,6 +63,25 @@ def _left_align(prompt_ids, lengths):
     return jnp.where(real, ids, 0), real.astype(jnp.int32)
 
 
+def _sample_loop(model, token, cache, keys, temperature, top_p):
+    """Feed `token` [B], sample the next, repeat once per key. Returns (new tokens [B, len(keys)], cache)."""
+
+    def step(carry, key):
+        token, cache = carry
+        logits, cache = model(token[:, None], None, cache)
+        token = sample_next(logits[:, 0], key, temperature, top_p)
+        return (token, cache), token
+
+    (_, cache), tokens = jax.lax.scan(step, (token, cache), keys)
+    return tokens.T, cache
+
+
+@functools.partial(jax.jit, static_argnames=("graphdef", "num_tokens", "temperature", "top_p"))
+def _decode_many(graphdef, state, tokens, cache, rng, *, num_tokens, temperature, top_p):
+    keys = jax.random.split(rng, num_tokens)
+    return _sample_loop(nnx.merge(graphdef, state), tokens, cache, keys, temperature, top_p)
+
+
 @functools.partial(jax.jit, static_argnames=("graphdef", "max_new_tokens", "temperature", "top_p"))
 def _generate(graphdef, state, prompt_ids, lengths, rng, *, max_new_tokens, temperature, top_p):
     model = nnx.merge(graphdef, state)
@@ -66,15 +90,30 @@ def _generate(graphdef, state, prompt_ids, lengths, rng, *, max_new_tokens, temp
     logits, cache = model(ids, segments, init_cache(model, b, p + max_new_tokens))
     keys = jax.random.split(rng, max_new_tokens)
     first = sample_next(logits[:, -1], keys[0], temperature, top_p)
+    rest, _ = _sample_loop(model, first, cache, keys[1:], temperature, top_p)
+    return jnp.concatenate([first[:, None], rest], axis=1)
 
-    def step(carry, key):
-        token, cache = carry
-        logits, cache = model(token[:, None], None, cache)
-        token = sample_next(logits[:, 0], key, temperature, top_p)
-        return (token, cache), token
 
-    _, rest = jax.lax.scan(step, (first, cache), keys[1:])
-    return jnp.concatenate([first[:, None], rest.T], axis=1)
+def _check_sampling(temperature, top_p, rng):
+    check.real("temperature", temperature, lo=0)
+    check.real("top_p", top_p, lo=0, hi=1, lo_open=True)
+    if temperature > 0 and rng is None:
+        raise ValueError("rng: a jax.random key is required when temperature > 0")
+    return jax.random.key(0) if rng is None else rng
+
+
+def decode(model, tokens, cache: tuple, num_tokens: int, temperature: float = 0.0, top_p: float = 1.0, rng=None):
+    """Continue from `cache`: feed `tokens [B]` and sample `num_tokens` new tokens per row in one compiled loop.
+
+    Returns (new tokens [B, num_tokens], cache); the cache has seen `tokens` and all new tokens
+    but the last. Sampling as in `generate`.
+    """
+    tokens = _check_tokens(tokens)
+    check.integer("num_tokens", num_tokens, minimum=1)
+    rng = _check_sampling(temperature, top_p, rng)
+    graphdef, state = nnx.split(model)
+    return _decode_many(graphdef, state, tokens, cache, rng, num_tokens=int(num_tokens),
+                        temperature=float(temperature), top_p=float(top_p))
 
 
 def generate(model, prompt_ids, max_new_tokens: int, temperature: float = 0.0, top_p: float = 1.0, rng=None, *,
@@ -91,13 +130,9 @@ def generate(model, prompt_ids, max_new_tokens: int, temperature: float = 0.0, t
                          f"{tuple(prompt_ids.shape)}")
     b, p = prompt_ids.shape
     check.integer("max_new_tokens", max_new_tokens, minimum=1)
-    check.real("temperature", temperature, lo=0)
-    check.real("top_p", top_p, lo=0, hi=1, lo_open=True)
-    if temperature > 0 and rng is None:
-        raise ValueError("rng: a jax.random key is required when temperature > 0")
+    rng = _check_sampling(temperature, top_p, rng)
     lengths = _lengths(prompt_lengths, b, p)
     graphdef, state = nnx.split(model)
-    rng = jax.random.key(0) if rng is None else rng
     return _generate(graphdef, state, prompt_ids, lengths, rng, max_new_tokens=int(max_new_tokens),
                      temperature=float(temperature), top_p=float(top_p))
 

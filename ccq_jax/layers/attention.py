@@ -17,7 +17,7 @@ from flax import nnx
 from ccq_jax.layers import _checks as check
 from ccq_jax.layers.cache import KVCache
 from ccq_jax.layers.params import linear
-from ccq_jax.layers.recurrent import heads
+from ccq_jax.layers.shapes import split_heads
 from ccq_jax.ops._common import doc_ids
 
 
@@ -80,7 +80,7 @@ class Attention(nnx.Module):
     def __call__(self, x: jax.Array, *, segment_ids: jax.Array | None = None, cache: KVCache | None = None):
         """x: [B, T, D] -> (y [B, T, D], updated cache or None when `cache` is None)."""
         b, t, _ = x.shape
-        q, k, v = (heads(p(x), self.head_dim) for p in (self.q_proj, self.k_proj, self.v_proj))
+        q, k, v = (split_heads(p(x), self.head_dim) for p in (self.q_proj, self.k_proj, self.v_proj))
         docs = doc_ids(segment_ids, b, t)
         positions = _doc_positions(docs)
         mask, new_cache = None, None

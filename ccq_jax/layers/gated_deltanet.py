@@ -25,7 +25,8 @@ from ccq_jax.layers import _checks as check
 from ccq_jax.layers.ccq import CCQConfig
 from ccq_jax.layers.norm import GatedRMSNorm, RMSNorm
 from ccq_jax.layers.params import linear, param
-from ccq_jax.layers.recurrent import RecurrentMixer, heads
+from ccq_jax.layers.recurrent import RecurrentMixer
+from ccq_jax.layers.shapes import split_heads
 from ccq_jax.ops._common import l2_normalize
 
 DT_MIN, DT_MAX, DT_FLOOR = 1e-3, 1e-1, 1e-4
@@ -98,7 +99,7 @@ class GatedDeltaNet(RecurrentMixer):
 
     def _qk_heads(self, x):
         """[B, T, H*K] -> l2-normalised [B, T, HV, K] (each query/key head repeated for its value heads)."""
-        x = l2_normalize(heads(x, self.head_dim).astype(jnp.float32)).astype(x.dtype)
+        x = l2_normalize(split_heads(x, self.head_dim).astype(jnp.float32)).astype(x.dtype)
         return jnp.repeat(x, self.dims.num_v_heads // self.num_heads, axis=2)
 
     def __call__(self, x: jax.Array, *, segment_ids: jax.Array | None = None, cache=None):
@@ -109,13 +110,13 @@ class GatedDeltaNet(RecurrentMixer):
             q, k, v, conv = self._convolve(q, k, v, self._docs(segment_ids, x), cache)
         else:
             q, k, v = jax.nn.silu(q), jax.nn.silu(k), jax.nn.silu(v)
-        q, k, v = self._qk_heads(q), self._qk_heads(k), heads(v, self.dims.head_v_dim)
+        q, k, v = self._qk_heads(q), self._qk_heads(k), split_heads(v, self.dims.head_v_dim)
         a = self.a_proj(x).astype(jnp.float32) + self.dt_bias[...].astype(jnp.float32)
         g = -jnp.exp(self.A_log[...].astype(jnp.float32)) * jax.nn.softplus(a)
         beta = jax.nn.sigmoid(self.b_proj(x).astype(jnp.float32))
         if self.allow_neg_eigval:
             beta = 2.0 * beta
         o, state, stats = self._read("gated_delta_rule", q, k, (v, g, beta), segment_ids=segment_ids, cache=cache)
-        o = self.o_norm(o, heads(self.g_proj(x), self.dims.head_v_dim)) if self.use_gate else self.o_norm(o)
+        o = self.o_norm(o, split_heads(self.g_proj(x), self.dims.head_v_dim)) if self.use_gate else self.o_norm(o)
         y = self.o_proj(o.reshape(*o.shape[:2], -1))
         return y, self._new_cache(cache, state, stats, conv)

@@ -21,7 +21,8 @@ from ccq_jax.layers import _checks as check
 from ccq_jax.layers.ccq import CCQConfig
 from ccq_jax.layers.norm import GatedRMSNorm, RMSNorm
 from ccq_jax.layers.params import linear
-from ccq_jax.layers.recurrent import RecurrentMixer, heads
+from ccq_jax.layers.recurrent import RecurrentMixer
+from ccq_jax.layers.shapes import split_heads
 
 
 class GLADims(NamedTuple):
@@ -85,7 +86,7 @@ class GatedLinearAttention(RecurrentMixer):
 
     def _expand(self, x, head_dim):
         """[B, T, Hkv*D] -> [B, T, H, D], each kv head serving num_heads / num_kv_heads query heads."""
-        return jnp.repeat(heads(x, head_dim), self.num_heads // self.dims.num_kv_heads, axis=2)
+        return jnp.repeat(split_heads(x, head_dim), self.num_heads // self.dims.num_kv_heads, axis=2)
 
     def __call__(self, x: jax.Array, *, segment_ids: jax.Array | None = None, cache=None):
         """x: [B, T, D] -> (y [B, T, D], updated cache or None when `cache` is None)."""
@@ -95,13 +96,13 @@ class GatedLinearAttention(RecurrentMixer):
             q, k, v, conv = self._convolve(q, k, v, self._docs(segment_ids, x), cache)
         gk = self.gk_proj[1](self.gk_proj[0](x))
         dk, dv = self.dims.head_k_dim, self.dims.head_v_dim
-        q, k, v, gk = heads(q, dk), self._expand(k, dk), self._expand(v, dv), self._expand(gk, dk)
+        q, k, v, gk = split_heads(q, dk), self._expand(k, dk), self._expand(v, dv), self._expand(gk, dk)
         gk = jax.nn.log_sigmoid(gk.astype(jnp.float32)) / self.gate_logit_normalizer
         if self.clamp_min is not None:
             gk = jnp.maximum(gk, self.clamp_min)
         o, state, stats = self._read("gla", q, k, (v, gk), segment_ids=segment_ids, cache=cache)
         if self.use_output_gate:
-            o = self.g_norm_swish_gate(o, heads(self.g_proj(x), dv))
+            o = self.g_norm_swish_gate(o, split_heads(self.g_proj(x), dv))
         else:
             o = self.g_norm(o)
         y = self.o_proj(o.reshape(*o.shape[:2], -1))

@@ -7,7 +7,6 @@ updated cache. A call with one token uses `decode_impl` (default: the recurrent 
 calls use `attn_impl` (default: the chunked form).
 """
 
-import jax
 import jax.numpy as jnp
 from flax import nnx
 
@@ -88,8 +87,3 @@ class RecurrentMixer(nnx.Module):
     @staticmethod
     def _new_cache(cache, state, stats, conv):
         return None if cache is None else RecurrentCache(state, stats, conv)
-
-
-def heads(x: jax.Array, head_dim: int) -> jax.Array:
-    """[B, T, H*D] -> [B, T, H, D]."""
-    return x.reshape(*x.shape[:-1], x.shape[-1] // head_dim, head_dim)

@@ -33,7 +33,8 @@ def _mixer(cfg: ModelConfig, rngs: nnx.Rngs) -> nnx.Module:
         return GatedDeltaNet(
             cfg.hidden_size, num_heads=cfg.num_heads, head_dim=cfg.head_dim, expand_v=cfg.expand_v,
             num_v_heads=cfg.num_v_heads, use_gate=cfg.use_gate, allow_neg_eigval=cfg.allow_neg_eigval, **common)
-    raise ValueError(f"config: expected a TransformerConfig, GLAConfig or GatedDeltaNetConfig, got {type(cfg).__name__}")
+    raise ValueError(f"config: expected a TransformerConfig, GLAConfig or GatedDeltaNetConfig, "
+                     f"got {type(cfg).__name__}")
 
 
 class Block(nnx.Module):

@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from ccq_jax.inference import generate, sample_next
+from ccq_jax.inference import decode, generate, init_cache, prefill, sample_next
 from tests.models.conftest import CASES, build, token_ids
 
 
@@ -19,6 +19,16 @@ def test_rows_of_different_lengths_decode_as_if_alone(case):
     for row, n in enumerate(lengths):
         alone = generate(model, prompts[row:row + 1, :n], 6)
         np.testing.assert_array_equal(batch[row], alone[0])
+
+
+def test_generate_is_prefill_then_a_decode_loop():
+    model = build("transformer-tiny")
+    prompt = token_ids((2, 7), seed=6)
+    logits, cache = prefill(model, prompt, init_cache(model, 2, 12))
+    first = jnp.argmax(logits[:, -1], axis=-1)
+    rest, cache = decode(model, first, cache, 4)
+    np.testing.assert_array_equal(jnp.concatenate([first[:, None], rest], axis=1), generate(model, prompt, 5))
+    assert int(cache[0].index) == 11  # the prompt, the first token and three of the four new ones
 
 
 def test_sampling_with_bf16_compute_is_reproducible():
@@ -53,6 +63,7 @@ BAD = [
     (dict(temperature=0.5), "rng: a jax.random key is required when temperature > 0"),
     (dict(prompt_lengths=jnp.asarray([3, 0])), r"prompt_lengths: expected values in \[1, P=3\], got \[3, 0\]"),
     (dict(prompt_lengths=jnp.asarray([3])), r"prompt_lengths: expected integers \[B=2\], got int32 \(1,\)"),
+    (dict(prompt_lengths=[3.0, 1.0]), r"prompt_lengths: expected integers \[B=2\], got float32 \(2,\)"),
 ]
 
 
@@ -63,3 +74,12 @@ def test_generate_checks_its_arguments(overrides, message):
     kw.update(overrides)
     with pytest.raises(ValueError, match=message):
         generate(model, **kw)
+
+
+def test_decode_checks_its_arguments():
+    model = build("gla-tiny")
+    cache = init_cache(model, 2, 4)
+    with pytest.raises(ValueError, match="num_tokens: expected an integer >= 1, got 0"):
+        decode(model, token_ids((2,)), cache, 0)
+    with pytest.raises(ValueError, match=r"tokens: expected integer token ids \[B\], got int32 \(2, 2\)"):
+        decode(model, token_ids((2, 2)), cache, 3)

@@ -22,8 +22,9 @@ def test_1_3b_presets_are_fla_defaults():
     assert get_config("gdn-1.3b") == GatedDeltaNetConfig()
     assert get_config("transformer-1.3b") == TransformerConfig()
     gla, gdn = GLAConfig(), GatedDeltaNetConfig()
-    assert (gla.hidden_size, gla.num_hidden_layers, gla.num_heads, gla.expand_k, gla.expand_v) == (2048, 24, 4, 0.5, 1.0)
-    assert (gdn.num_hidden_layers, gdn.num_heads, gdn.head_dim, gdn.expand_v, gdn.use_short_conv) == (21, 6, 256, 2.0, True)
+    assert (gla.hidden_size, gla.num_hidden_layers, gla.num_heads, gla.expand_k, gla.expand_v) == (2048, 24, 4, 0.5, 1)
+    assert (gdn.num_hidden_layers, gdn.num_heads, gdn.head_dim, gdn.expand_v) == (21, 6, 256, 2)
+    assert gdn.use_short_conv and gdn.use_gate and not gla.use_short_conv
 
 
 BAD = [
@@ -42,8 +43,8 @@ BAD = [
     ("gla-tiny", dict(chunk_size=0), "chunk_size: expected an integer >= 1, got 0"),
     ("gla-tiny", dict(use_short_conv="yes"), "use_short_conv: expected bool, got str 'yes'"),
     ("transformer-tiny", dict(attn_impl="chunk"), "attn_impl: expected Optional[Literal['xla', 'cudnn']], got str"),
-    ("ccq-gla-tiny", {"ccq.mode": "sometimes"}, "ccq.mode: expected Literal['learned', 'fixed', 'off'], got str "
-                                                "'sometimes'"),
+    ("ccq-gla-tiny", {"ccq.mode": "sometimes"},
+     "ccq.mode: expected Literal['learned', 'fixed', 'off'], got str 'sometimes'"),
     ("ccq-gla-tiny", {"ccq.fixed_lambda": 1.5}, "ccq.fixed_lambda: expected a value in [0.0, 1.0], got 1.5"),
     ("ccq-gla-tiny", {"ccq.mdoe": "off"}, "ccq.mdoe: unknown key (did you mean 'mode'?)"),
     ("gla-tiny", {"ccq.mode": "off"}, "ccq: is not a nested config, cannot set 'ccq.mode'"),
@@ -84,7 +85,8 @@ def test_overrides():
 def test_dict_round_trip(name):
     cfg = get_config(name)
     assert config_from_dict(cfg.to_dict()) == cfg
-    with pytest.raises(ValueError, match="family: unknown value 'rnn'; expected one of \\('transformer', 'gla', 'gdn'\\)"):
+    expected = r"family: unknown value 'rnn'; expected one of \('transformer', 'gla', 'gdn'\)"
+    with pytest.raises(ValueError, match=expected):
         config_from_dict({**cfg.to_dict(), "family": "rnn"})
 
 
