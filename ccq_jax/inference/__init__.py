@@ -1,0 +1,16 @@
+"""Inference: decoding caches, jit-compiled prefill / single-token decode, and batched generation.
+
+    cache = init_cache(model, batch_size, max_length)
+    logits, cache = prefill(model, prompt_ids, cache)           # chunked kernels
+    logits, cache = decode_step(model, next_tokens, cache)      # one token per row, recurrent kernels
+    new_tokens, cache = decode(model, next_tokens, cache, 32)   # a compiled loop of 32 such steps
+    new_tokens = generate(model, prompt_ids, 32, prompt_lengths=lengths)
+
+Linear-attention models decode in constant memory per token (the cache does not grow).
+"""
+
+from ccq_jax.inference.cache import cache_nbytes, init_cache
+from ccq_jax.inference.generate import decode, decode_step, generate, prefill
+from ccq_jax.inference.sampling import sample_next
+
+__all__ = ["cache_nbytes", "decode", "decode_step", "generate", "init_cache", "prefill", "sample_next"]

@@ -1,0 +1,61 @@
+"""CCQ on a linear-attention layer: `CCQConfig` and the gate that produces lambda per token and head.
+
+Gate modes (`CCQConfig.mode`):
+    "learned"  lam_t = sigmoid(q_t . weight_h + bias_h)  per head (`weight [H, K]`, `bias [H]`)
+    "fixed"    lam_t = fixed_lambda                      (the paper's fixed-lambda ablation)
+    "off"      no CCQ read at all: the layer runs its plain backbone and keeps no statistics
+The parameters exist in every mode, so a trained model switches modes without changing its
+parameters (`ccq_jax.models.with_config(model, **{"ccq.mode": "off"})`, the paper's
+"CCQ off at inference" ablation). `weight` starts at zero and `bias` at `gate_bias_init`
+(default logit(0.1), so a fresh learned gate starts where the fixed ablation sits).
+"""
+
+import dataclasses
+import math
+from typing import Literal
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from ccq_jax import configlib
+from ccq_jax.layers import _checks as check
+from ccq_jax.layers.params import param
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class CCQConfig:
+    """mode: learned | fixed | off; centered / normalize_keys: the covariance conventions of `ops.ccq_query`."""
+
+    mode: Literal["learned", "fixed", "off"] = "learned"
+    fixed_lambda: float = 0.1
+    centered: bool = True
+    normalize_keys: bool = True
+    gate_bias_init: float = math.log(0.1 / 0.9)
+
+    def __post_init__(self):
+        configlib.check_field_types(self, "ccq.")
+        check.real("ccq.fixed_lambda", self.fixed_lambda, lo=0.0, hi=1.0)
+        check.real("ccq.gate_bias_init", self.gate_bias_init)
+
+    @property
+    def active(self) -> bool:
+        return self.mode != "off"
+
+
+class CCQGate(nnx.Module):
+    """lambda [B, T, H] (fp32) from the queries [B, T, H, K] the backbone reads with."""
+
+    def __init__(self, num_heads: int, head_dim: int, cfg: CCQConfig, *, param_dtype=jnp.float32):
+        self.cfg = cfg
+        self.weight = param(jax.nn.initializers.zeros, None, (num_heads, head_dim), ("heads", "kv"), param_dtype)
+        self.bias = param(jax.nn.initializers.constant(cfg.gate_bias_init), None, (num_heads,), ("heads",),
+                          param_dtype)
+
+    def __call__(self, q: jax.Array) -> jax.Array:
+        if self.cfg.mode == "fixed":
+            return jnp.full(q.shape[:3], self.cfg.fixed_lambda, jnp.float32)
+        if self.cfg.mode != "learned":
+            raise ValueError(f"ccq.mode: the gate is not used in mode {self.cfg.mode!r}")
+        logits = jnp.einsum("bthk,hk->bth", q.astype(jnp.float32), self.weight[...].astype(jnp.float32))
+        return jax.nn.sigmoid(logits + self.bias[...].astype(jnp.float32))

@@ -1,0 +1,122 @@
+"""fla's `GatedDeltaNet` layer as a Flax NNX module, optionally with the CCQ read.
+
+    q, k, v = silu(conv(q_proj(x))), silu(conv(k_proj(x))), silu(conv(v_proj(x)))   (SiLU alone without convs)
+    q, k    = l2norm(q), l2norm(k)
+    g       = -exp(A_log) * softplus(a_proj(x) + dt_bias)       (log decay per head)
+    beta    = sigmoid(b_proj(x))                                 (x2 if allow_neg_eigval)
+    o       = ops.gated_delta_rule(q, k, v, g, beta)  or  ops.ccq_gated_delta_rule(..., lam)
+    y       = o_proj(o_norm(o, g_proj(x)))                       (o_norm(o) without the output gate)
+
+Parameter paths match fla's state_dict names (`q_proj`, `k_proj`, `v_proj`, `a_proj`,
+`b_proj`, `A_log`, `dt_bias`, `{q,k,v}_conv1d`, `g_proj`, `o_norm`, `o_proj`), plus
+`ccq.weight`, `ccq.bias`. With `num_v_heads > num_heads` (fla's GVA) each query/key head
+serves num_v_heads / num_heads value heads; states (and CCQ statistics) are per value head.
+"""
+
+import math
+import warnings
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from ccq_jax.layers import _checks as check
+from ccq_jax.layers.ccq import CCQConfig
+from ccq_jax.layers.norm import GatedRMSNorm, RMSNorm
+from ccq_jax.layers.params import linear, param
+from ccq_jax.layers.recurrent import RecurrentMixer
+from ccq_jax.layers.shapes import split_heads
+from ccq_jax.ops._common import l2_normalize
+
+DT_MIN, DT_MAX, DT_FLOOR = 1e-3, 1e-1, 1e-4
+
+
+class GDNDims(NamedTuple):
+    key_dim: int
+    value_dim: int
+    head_v_dim: int
+    num_v_heads: int
+
+
+def gdn_dims(num_heads, head_dim=256, expand_v=2.0, num_v_heads=None) -> GDNDims:
+    """Validate Gated DeltaNet's sizes (ValueError naming the field) and derive fla's dimensions."""
+    check.integer("num_heads", num_heads, minimum=1)
+    check.integer("head_dim", head_dim, minimum=1)
+    check.integer("num_v_heads", num_v_heads, minimum=1, optional=True)
+    check.real("expand_v", expand_v, lo=0, lo_open=True)
+    head_v_dim = int(head_dim * expand_v)
+    if head_v_dim < 1 or not math.isclose(head_dim * expand_v, head_v_dim, rel_tol=1e-5):
+        raise ValueError(f"expand_v: head_dim * expand_v = {head_dim * expand_v} must be a positive integer")
+    v_heads = num_heads if num_v_heads is None else num_v_heads
+    if v_heads < num_heads or v_heads % num_heads:
+        raise ValueError(f"num_v_heads: must be a multiple of num_heads = {num_heads}, got {v_heads}")
+    return GDNDims(num_heads * head_dim, v_heads * head_v_dim, head_v_dim, v_heads)
+
+
+def _a_log_init(key, shape, dtype):
+    """log(A) with A ~ U(0, 16] (fla), kept away from log(0)."""
+    return jnp.log(jax.random.uniform(key, shape, jnp.float32, minval=1e-4, maxval=16.0)).astype(dtype)
+
+
+def _dt_bias_init(key, shape, dtype):
+    """softplus^-1(dt) with log dt ~ U(log 1e-3, log 1e-1), dt >= 1e-4 (fla / Mamba-2)."""
+    u = jax.random.uniform(key, shape, jnp.float32)
+    dt = jnp.maximum(jnp.exp(u * (math.log(DT_MAX) - math.log(DT_MIN)) + math.log(DT_MIN)), DT_FLOOR)
+    return (dt + jnp.log(-jnp.expm1(-dt))).astype(dtype)
+
+
+class GatedDeltaNet(RecurrentMixer):
+    def __init__(self, hidden_size: int, *, num_heads: int = 6, head_dim: int = 256, expand_v: float = 2.0,
+                 num_v_heads: int | None = None, use_gate: bool = True, use_short_conv: bool = True,
+                 conv_size: int = 4, allow_neg_eigval: bool = False, norm_eps: float = 1e-5,
+                 ccq: CCQConfig | None = None, attn_impl: str = "chunk", decode_impl: str = "recurrent",
+                 chunk_size: int | None = None, initializer_range: float = 0.02, dtype=None,
+                 param_dtype=jnp.float32, rngs: nnx.Rngs):
+        d = gdn_dims(num_heads, head_dim, expand_v, num_v_heads)
+        if not use_short_conv:
+            warnings.warn("GatedDeltaNet: use_short_conv=False; fla calls the short convolutions crucial to "
+                          "performance", stacklevel=2)
+        self.num_heads, self.head_dim, self.dims = num_heads, head_dim, d
+        self.allow_neg_eigval, self.use_gate = allow_neg_eigval, use_gate
+        kw = dict(std=initializer_range, rngs=rngs, dtype=dtype, param_dtype=param_dtype)
+        self.q_proj = linear(hidden_size, d.key_dim, ("embed", "heads"), **kw)
+        self.k_proj = linear(hidden_size, d.key_dim, ("embed", "heads"), **kw)
+        self.v_proj = linear(hidden_size, d.value_dim, ("embed", "heads"), **kw)
+        self.a_proj = linear(hidden_size, d.num_v_heads, ("embed", "heads"), **kw)
+        self.b_proj = linear(hidden_size, d.num_v_heads, ("embed", "heads"), **kw)
+        self.A_log = param(_a_log_init, rngs.params(), (d.num_v_heads,), ("heads",), param_dtype)
+        self.dt_bias = param(_dt_bias_init, rngs.params(), (d.num_v_heads,), ("heads",), param_dtype)
+        if use_gate:
+            self.g_proj = linear(hidden_size, d.value_dim, ("embed", "heads"), **kw)
+        norm_cls = GatedRMSNorm if use_gate else RMSNorm
+        self.o_norm = norm_cls(d.head_v_dim, eps=norm_eps, dtype=dtype, param_dtype=param_dtype, axis="kv")
+        self.o_proj = linear(d.value_dim, hidden_size, ("heads", "embed"), **kw)
+        conv = (d.key_dim, d.key_dim, d.value_dim) if use_short_conv else None
+        self._setup(state_heads=d.num_v_heads, head_k_dim=head_dim, head_v_dim=d.head_v_dim, conv_channels=conv,
+                    conv_size=conv_size, ccq=ccq, attn_impl=attn_impl, decode_impl=decode_impl,
+                    chunk_size=chunk_size, **kw)
+
+    def _qk_heads(self, x):
+        """[B, T, H*K] -> l2-normalised [B, T, HV, K] (each query/key head repeated for its value heads)."""
+        x = l2_normalize(split_heads(x, self.head_dim).astype(jnp.float32)).astype(x.dtype)
+        return jnp.repeat(x, self.dims.num_v_heads // self.num_heads, axis=2)
+
+    def __call__(self, x: jax.Array, *, segment_ids: jax.Array | None = None, cache=None):
+        """x: [B, T, D] -> (y [B, T, D], updated cache or None when `cache` is None)."""
+        q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
+        conv = None
+        if self.use_short_conv:
+            q, k, v, conv = self._convolve(q, k, v, self._docs(segment_ids, x), cache)
+        else:
+            q, k, v = jax.nn.silu(q), jax.nn.silu(k), jax.nn.silu(v)
+        q, k, v = self._qk_heads(q), self._qk_heads(k), split_heads(v, self.dims.head_v_dim)
+        a = self.a_proj(x).astype(jnp.float32) + self.dt_bias[...].astype(jnp.float32)
+        g = -jnp.exp(self.A_log[...].astype(jnp.float32)) * jax.nn.softplus(a)
+        beta = jax.nn.sigmoid(self.b_proj(x).astype(jnp.float32))
+        if self.allow_neg_eigval:
+            beta = 2.0 * beta
+        o, state, stats = self._read("gated_delta_rule", q, k, (v, g, beta), segment_ids=segment_ids, cache=cache)
+        o = self.o_norm(o, split_heads(self.g_proj(x), self.dims.head_v_dim)) if self.use_gate else self.o_norm(o)
+        y = self.o_proj(o.reshape(*o.shape[:2], -1))
+        return y, self._new_cache(cache, state, stats, conv)

@@ -1,0 +1,27 @@
+"""The SwiGLU MLP every model uses (fla's `GatedMLP`): down(silu(gate(x)) * up(x))."""
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from ccq_jax.layers.params import linear
+
+
+def mlp_width(hidden_size: int, hidden_ratio: int = 4, intermediate_size: int | None = None) -> int:
+    """fla's rule: `intermediate_size`, else int(D * ratio * 2/3) rounded up to a multiple of 256."""
+    if intermediate_size is not None:
+        return intermediate_size
+    width = int(hidden_size * hidden_ratio * 2 / 3)
+    return 256 * ((width + 255) // 256)
+
+
+class GatedMLP(nnx.Module):
+    def __init__(self, hidden_size: int, intermediate_size: int, *, std: float, rngs: nnx.Rngs, dtype=None,
+                 param_dtype=jnp.float32):
+        kw = dict(std=std, rngs=rngs, dtype=dtype, param_dtype=param_dtype)
+        self.gate_proj = linear(hidden_size, intermediate_size, ("embed", "mlp"), **kw)
+        self.up_proj = linear(hidden_size, intermediate_size, ("embed", "mlp"), **kw)
+        self.down_proj = linear(intermediate_size, hidden_size, ("mlp", "embed"), **kw)
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        return self.down_proj(jax.nn.silu(self.gate_proj(x)) * self.up_proj(x))

@@ -1,0 +1,89 @@
+"""What GLA and Gated DeltaNet layers share: short convs, the cache, the (CCQ) read through `ccq_jax.ops`.
+
+One forward serves training, prefill and decoding: with `cache=None` the layer reads from a
+zero state and returns no cache; with a cache it starts from the cached state, statistics and
+conv tails (they belong to the document at position 0, the ops' convention) and returns the
+updated cache. A call with one token uses `decode_impl` (default: the recurrent form), longer
+calls use `attn_impl` (default: the chunked form).
+"""
+
+import jax.numpy as jnp
+from flax import nnx
+
+import ccq_jax.ops as ops
+from ccq_jax.layers.cache import RecurrentCache
+from ccq_jax.layers.ccq import CCQGate
+from ccq_jax.layers.conv import ShortConvolution
+from ccq_jax.ops import CCQStats
+from ccq_jax.ops._common import doc_ids
+
+
+class RecurrentMixer(nnx.Module):
+    """Base of the linear-attention layers; subclasses call `_setup` and then `_convolve` / `_read`."""
+
+    def _setup(self, *, state_heads, head_k_dim, head_v_dim, conv_channels, conv_size, ccq, attn_impl,
+               decode_impl, chunk_size, std, rngs, dtype, param_dtype):
+        """conv_channels: (q, k, v) widths for the short convs, or None for no convs."""
+        self.state_heads, self.head_k_dim, self.head_v_dim = state_heads, head_k_dim, head_v_dim
+        self.attn_impl, self.decode_impl, self.chunk_size = attn_impl, decode_impl, chunk_size
+        self.dtype, self.param_dtype = dtype, param_dtype
+        self.ccq_config = ccq
+        self.use_short_conv = conv_channels is not None
+        if self.use_short_conv:
+            kw = dict(std=std, rngs=rngs, dtype=dtype, param_dtype=param_dtype)
+            self.q_conv1d, self.k_conv1d, self.v_conv1d = (ShortConvolution(c, conv_size, **kw) for c in conv_channels)
+        if ccq is not None:
+            self.ccq = CCQGate(state_heads, head_k_dim, ccq, param_dtype=param_dtype)
+
+    @property
+    def _ccq_on(self) -> bool:
+        return self.ccq_config is not None and self.ccq_config.active
+
+    def init_cache(self, batch_size: int, max_length: int | None = None) -> RecurrentCache:
+        """Zeros; the size does not depend on `max_length` (accepted for a uniform interface)."""
+        del max_length
+        b, h, dk, dv = batch_size, self.state_heads, self.head_k_dim, self.head_v_dim
+        stats = None
+        if self._ccq_on:
+            stats = CCQStats(jnp.zeros((b, h, dk, dk), jnp.float32), jnp.zeros((b, h, dk), jnp.float32),
+                             jnp.zeros((b, h), jnp.float32))
+        conv = None
+        if self.use_short_conv:
+            dtype = jnp.dtype(self.dtype or self.param_dtype)
+            conv = tuple(m.init_cache(b, dtype) for m in (self.q_conv1d, self.k_conv1d, self.v_conv1d))
+        return RecurrentCache(jnp.zeros((b, h, dk, dv), jnp.float32), stats, conv)
+
+    def _convolve(self, q, k, v, docs, cache):
+        """The q, k, v short convs (SiLU). Returns (q, k, v, new conv tails or None)."""
+        tails = cache.conv if cache is not None else (None, None, None)
+        outs = [m(x, docs, tail) for m, x, tail in zip((self.q_conv1d, self.k_conv1d, self.v_conv1d), (q, k, v), tails)]
+        new_tails = tuple(t.astype(old.dtype) for (_, t), old in zip(outs, tails)) if cache is not None else None
+        return outs[0][0], outs[1][0], outs[2][0], new_tails
+
+    def _read(self, backbone, q, k, args, *, segment_ids, cache):
+        """`ops.<backbone>` (or `ops.ccq_<backbone>` when CCQ is on) from the cached state.
+
+        Returns (o [B, T, H, V], final state or None, final statistics or None).
+        """
+        t = q.shape[1]
+        impl = self.decode_impl if t == 1 else self.attn_impl
+        kw = dict(segment_ids=segment_ids, impl=impl, output_final_state=cache is not None,
+                  initial_state=None if cache is None else cache.state)
+        if impl == self.attn_impl and self.chunk_size is not None:
+            kw["chunk_size"] = self.chunk_size
+        if not self._ccq_on:
+            o, state = getattr(ops, backbone)(q, k, *args, **kw)
+            return o, state, None
+        cfg = self.ccq_config
+        o, (state, stats) = getattr(ops, f"ccq_{backbone}")(
+            q, k, *args, self.ccq(q), centered=cfg.centered, normalize_keys=cfg.normalize_keys,
+            initial_stats=None if cache is None else cache.stats, output_final_stats=cache is not None, **kw)
+        return o, state, stats
+
+    @staticmethod
+    def _docs(segment_ids, x):
+        return doc_ids(segment_ids, x.shape[0], x.shape[1])
+
+    @staticmethod
+    def _new_cache(cache, state, stats, conv):
+        return None if cache is None else RecurrentCache(state, stats, conv)

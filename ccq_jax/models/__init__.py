@@ -1,0 +1,21 @@
+"""Language models: configs and presets (`get_config`), `CausalLM`, parameter counting.
+
+    from flax import nnx
+    from ccq_jax.models import CausalLM, get_config
+    model = CausalLM(get_config("ccq-gla-tiny"), rngs=nnx.Rngs(0))
+    logits = model(input_ids)                          # [B, T, vocab]
+
+`python -m ccq_jax.models` prints every preset's parameter count.
+"""
+
+from ccq_jax.layers.ccq import CCQConfig
+from ccq_jax.models.causal_lm import Block, CausalLM
+from ccq_jax.models.config import (
+    FAMILIES, GatedDeltaNetConfig, GLAConfig, LinearAttentionConfig, ModelConfig, TransformerConfig, config_from_dict,
+)
+from ccq_jax.models.params import abstract_model, count_params, with_config
+from ccq_jax.models.presets import PRESETS, get_config
+
+__all__ = ["Block", "CCQConfig", "CausalLM", "FAMILIES", "GLAConfig", "GatedDeltaNetConfig", "LinearAttentionConfig",
+           "ModelConfig", "PRESETS", "TransformerConfig", "abstract_model", "config_from_dict", "count_params",
+           "get_config", "with_config"]

@@ -1,0 +1,99 @@
+"""`CausalLM`: embeddings, pre-norm blocks (mixer + SwiGLU MLP), final norm, LM head, for every family.
+
+Module paths follow fla's state_dict without the `model.` prefix: `embeddings`,
+`layers.{i}.attn_norm`, `layers.{i}.attn` (the mixer), `layers.{i}.mlp_norm`, `layers.{i}.mlp`,
+`norm`, `lm_head` (absent with tied embeddings). `model(input_ids, segment_ids=None)` returns
+fp32 logits; with `cache=` it also returns the updated cache (prefill and decoding run this
+same forward; see `ccq_jax.inference`).
+"""
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from ccq_jax.layers import Attention, GatedDeltaNet, GatedLinearAttention, GatedMLP, RMSNorm
+from ccq_jax.layers.params import linear, normal, sharded
+from ccq_jax.models.config import GatedDeltaNetConfig, GLAConfig, ModelConfig, TransformerConfig
+
+
+def _mixer(cfg: ModelConfig, rngs: nnx.Rngs) -> nnx.Module:
+    common = dict(initializer_range=cfg.initializer_range, dtype=cfg.compute_dtype, param_dtype=cfg.params_dtype,
+                  rngs=rngs)
+    if isinstance(cfg, TransformerConfig):
+        return Attention(cfg.hidden_size, num_heads=cfg.num_heads, num_kv_heads=cfg.num_kv_heads,
+                         rope_theta=cfg.rope_theta, attn_impl=cfg.attn_impl, **common)
+    common.update(ccq=cfg.ccq, attn_impl=cfg.attn_impl, decode_impl=cfg.decode_impl, chunk_size=cfg.chunk_size,
+                  use_short_conv=cfg.use_short_conv, conv_size=cfg.conv_size, norm_eps=cfg.norm_eps)
+    if isinstance(cfg, GLAConfig):
+        return GatedLinearAttention(
+            cfg.hidden_size, num_heads=cfg.num_heads, num_kv_heads=cfg.num_kv_heads, expand_k=cfg.expand_k,
+            expand_v=cfg.expand_v, use_output_gate=cfg.use_output_gate, gate_low_rank_dim=cfg.gate_low_rank_dim,
+            gate_logit_normalizer=cfg.gate_logit_normalizer, clamp_min=cfg.clamp_min, **common)
+    if isinstance(cfg, GatedDeltaNetConfig):
+        return GatedDeltaNet(
+            cfg.hidden_size, num_heads=cfg.num_heads, head_dim=cfg.head_dim, expand_v=cfg.expand_v,
+            num_v_heads=cfg.num_v_heads, use_gate=cfg.use_gate, allow_neg_eigval=cfg.allow_neg_eigval, **common)
+    raise ValueError(f"config: expected a TransformerConfig, GLAConfig or GatedDeltaNetConfig, "
+                     f"got {type(cfg).__name__}")
+
+
+class Block(nnx.Module):
+    """x + attn(attn_norm(x)), then + mlp(mlp_norm(.)) (fla's pre-norm block)."""
+
+    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+        norm = dict(eps=cfg.norm_eps, dtype=cfg.compute_dtype, param_dtype=cfg.params_dtype)
+        self.attn_norm = RMSNorm(cfg.hidden_size, **norm)
+        self.attn = _mixer(cfg, rngs)
+        self.mlp_norm = RMSNorm(cfg.hidden_size, **norm)
+        self.mlp = GatedMLP(cfg.hidden_size, cfg.mlp_width, std=cfg.initializer_range, rngs=rngs,
+                            dtype=cfg.compute_dtype, param_dtype=cfg.params_dtype)
+
+    def __call__(self, x, segment_ids, cache):
+        h, cache = self.attn(self.attn_norm(x), segment_ids=segment_ids, cache=cache)
+        x = x + h
+        return x + self.mlp(self.mlp_norm(x)), cache
+
+
+def _check_ids(name, x, shape=None):
+    x = jnp.asarray(x)
+    if x.ndim != 2 or not jnp.issubdtype(x.dtype, jnp.integer) or x.shape[1] < 1:
+        raise ValueError(f"{name}: expected integer token ids [B, T] with T >= 1, got {x.dtype} {tuple(x.shape)}")
+    if shape is not None and x.shape != shape:
+        raise ValueError(f"{name}: expected shape {shape} (that of input_ids), got {tuple(x.shape)}")
+    return x
+
+
+class CausalLM(nnx.Module):
+    def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
+        if not isinstance(config, ModelConfig):
+            raise ValueError(f"config: expected a ModelConfig (see ccq_jax.models.get_config), got {config!r}")
+        self.config = config
+        std, dt, pdt = config.initializer_range, config.compute_dtype, config.params_dtype
+        self.embeddings = nnx.Embed(config.vocab_size, config.hidden_size, dtype=dt, param_dtype=pdt,
+                                    embedding_init=sharded(normal(std), "vocab", "embed"), rngs=rngs)
+        self.layers = nnx.List([Block(config, rngs=rngs) for _ in range(config.num_hidden_layers)])
+        self.norm = RMSNorm(config.hidden_size, eps=config.norm_eps, dtype=dt, param_dtype=pdt)
+        if not config.tie_word_embeddings:
+            self.lm_head = linear(config.hidden_size, config.vocab_size, ("embed", "vocab"), std=std, rngs=rngs,
+                                  dtype=dt, param_dtype=pdt)
+
+    def __call__(self, input_ids: jax.Array, segment_ids: jax.Array | None = None, cache: tuple | None = None):
+        """input_ids [B, T] -> logits [B, T, vocab] (fp32); with `cache`, (logits, new cache).
+
+        segment_ids [B, T] (integers) marks packed documents: nothing crosses a change of id.
+        A cache (`ccq_jax.inference.init_cache`) continues its document at position 0.
+        """
+        input_ids = _check_ids("input_ids", input_ids)
+        if segment_ids is not None:
+            segment_ids = _check_ids("segment_ids", segment_ids, input_ids.shape)
+        if cache is not None and len(cache) != len(self.layers):
+            raise ValueError(f"cache: expected one entry per layer ({len(self.layers)}), got {len(cache)}")
+        x = self.embeddings(input_ids)
+        new_cache = []
+        for i, layer in enumerate(self.layers):
+            x, layer_cache = layer(x, segment_ids, None if cache is None else cache[i])
+            new_cache.append(layer_cache)
+        x = self.norm(x)
+        logits = self.embeddings.attend(x) if self.config.tie_word_embeddings else self.lm_head(x)
+        logits = logits.astype(jnp.float32)
+        return logits if cache is None else (logits, tuple(new_cache))

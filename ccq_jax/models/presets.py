@@ -1,0 +1,57 @@
+"""Named model presets: `{transformer,gla,gdn,ccq-gla,ccq-gdn}-{tiny,340m,1.3b}` and `get_config`.
+
+1.3b = fla's default configs (GLA 24 x 2048, 4 heads; Gated DeltaNet 21 x 2048, 6 heads of
+256; Transformer 24 x 2048, 32 heads). 340m: GLA and Transformer follow fla's
+`legacy/training/configs/{gla,transformer}_340M.json` (1024 wide, 24 layers, tied
+embeddings); Gated DeltaNet keeps fla's 6 * D^2 mixer budget at D = 1024 (6 heads of 128,
+21 layers, tied). tiny: 64 wide, 2 layers, vocabulary 256, for tests and CPU demos.
+`ccq-*` adds the CCQ read with the default `CCQConfig` (learned gate).
+"""
+
+from ccq_jax import configlib
+from ccq_jax.layers.ccq import CCQConfig
+from ccq_jax.models.config import GatedDeltaNetConfig, GLAConfig, ModelConfig, TransformerConfig, apply_overrides
+
+TINY = dict(vocab_size=256, hidden_size=64, num_hidden_layers=2)
+
+_BACKBONES = {
+    "transformer": (TransformerConfig, {
+        "tiny": dict(TINY, num_heads=4),
+        "340m": dict(hidden_size=1024, num_heads=16, tie_word_embeddings=True),
+        "1.3b": {},
+    }),
+    "gla": (GLAConfig, {
+        "tiny": dict(TINY, num_heads=4),
+        "340m": dict(hidden_size=1024, tie_word_embeddings=True),
+        "1.3b": {},
+    }),
+    "gdn": (GatedDeltaNetConfig, {
+        "tiny": dict(TINY, num_heads=2, head_dim=16),
+        "340m": dict(hidden_size=1024, num_heads=6, head_dim=128, tie_word_embeddings=True),
+        "1.3b": {},
+    }),
+}
+
+
+def _presets() -> dict:
+    presets = {}
+    for family, (cls, sizes) in _BACKBONES.items():
+        for size, fields in sizes.items():
+            presets[f"{family}-{size}"] = (cls, fields)
+            if family != "transformer":
+                presets[f"ccq-{family}-{size}"] = (cls, dict(fields, ccq=CCQConfig()))
+    return presets
+
+
+PRESETS = _presets()
+
+
+def get_config(name: str, **overrides) -> ModelConfig:
+    """The preset `name` with any config field overridden, e.g. get_config("ccq-gla-tiny", dtype="bfloat16").
+
+    Dotted keys reach into the CCQ config: `get_config("ccq-gdn-tiny", **{"ccq.mode": "off"})`;
+    `ccq={"mode": "fixed"}` replaces it and `ccq=None` removes it.
+    """
+    configlib.check_choice("name", name, PRESETS)
+    cls, fields = PRESETS[name]
+    return apply_overrides(cls(**fields), overrides)

@@ -1,0 +1,85 @@
+"""generate: per-row prompt lengths, sampling, argument checks."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from ccq_jax.inference import decode, generate, init_cache, prefill, sample_next
+from tests.models.conftest import CASES, build, token_ids
+
+
+@pytest.mark.parametrize("case", ["transformer", "ccq-gdn"])  # KV cache and RoPE; recurrent state, stats, conv tails
+def test_rows_of_different_lengths_decode_as_if_alone(case):
+    model = build(*CASES[case])
+    prompts = token_ids((2, 9), seed=3)
+    lengths = [9, 5]
+    padded = prompts.at[1, 5:].set(77)  # whatever follows a prompt is ignored
+    batch = generate(model, padded, 6, prompt_lengths=jnp.asarray(lengths))
+    for row, n in enumerate(lengths):
+        alone = generate(model, prompts[row:row + 1, :n], 6)
+        np.testing.assert_array_equal(batch[row], alone[0])
+
+
+def test_generate_is_prefill_then_a_decode_loop():
+    model = build("transformer-tiny")
+    prompt = token_ids((2, 7), seed=6)
+    logits, cache = prefill(model, prompt, init_cache(model, 2, 12))
+    first = jnp.argmax(logits[:, -1], axis=-1)
+    rest, cache = decode(model, first, cache, 4)
+    np.testing.assert_array_equal(jnp.concatenate([first[:, None], rest], axis=1), generate(model, prompt, 5))
+    assert int(cache[0].index) == 11  # the prompt, the first token and three of the four new ones
+
+
+def test_sampling_with_bf16_compute_is_reproducible():
+    name, overrides = CASES["ccq-gdn"]
+    model = build(name, dict(overrides, dtype="bfloat16"))
+    prompts = token_ids((2, 6), seed=4)
+    kw = dict(temperature=0.8, top_p=0.9, prompt_lengths=jnp.asarray([6, 2]))
+    a = generate(model, prompts, 5, rng=jax.random.key(1), **kw)
+    b = generate(model, prompts, 5, rng=jax.random.key(1), **kw)
+    assert a.shape == (2, 5) and a.dtype == jnp.int32
+    np.testing.assert_array_equal(a, b)
+    assert int(a.min()) >= 0 and int(a.max()) < 256
+
+
+def test_top_p_keeps_the_smallest_nucleus():
+    probs = jnp.asarray([[0.6, 0.25, 0.1, 0.05]] * 4000)
+    logits = jnp.log(probs)
+    key = jax.random.key(0)
+    np.testing.assert_array_equal(sample_next(logits, key, 1.0, 0.5), 0)  # 0.6 alone reaches 0.5
+    counts = np.bincount(np.asarray(sample_next(logits, key, 1.0, 0.8)), minlength=4)
+    assert counts[2:].sum() == 0 and abs(counts[0] / 4000 - 0.6 / 0.85) < 0.03  # renormalised over {0, 1}
+    counts = np.bincount(np.asarray(sample_next(logits, key, 1.0, 1.0)), minlength=4)
+    assert np.abs(counts / 4000 - probs[0]).max() < 0.03
+    np.testing.assert_array_equal(sample_next(logits, key, 0.0, 1.0), 0)  # greedy
+
+
+BAD = [
+    (dict(prompt_ids=jnp.zeros((2, 3))), r"prompt_ids: expected integer ids \[B, P\] with P >= 1, got float32"),
+    (dict(max_new_tokens=0), "max_new_tokens: expected an integer >= 1, got 0"),
+    (dict(temperature=-1.0), r"temperature: expected a value in \[0, inf\], got -1.0"),
+    (dict(top_p=0.0), r"top_p: expected a value in \(0, 1\], got 0.0"),
+    (dict(temperature=0.5), "rng: a jax.random key is required when temperature > 0"),
+    (dict(prompt_lengths=jnp.asarray([3, 0])), r"prompt_lengths: expected values in \[1, P=3\], got \[3, 0\]"),
+    (dict(prompt_lengths=jnp.asarray([3])), r"prompt_lengths: expected integers \[B=2\], got int32 \(1,\)"),
+    (dict(prompt_lengths=[3.0, 1.0]), r"prompt_lengths: expected integers \[B=2\], got float32 \(2,\)"),
+]
+
+
+@pytest.mark.parametrize("overrides,message", BAD)
+def test_generate_checks_its_arguments(overrides, message):
+    model = build("gla-tiny")
+    kw = dict(prompt_ids=token_ids((2, 3)), max_new_tokens=2)
+    kw.update(overrides)
+    with pytest.raises(ValueError, match=message):
+        generate(model, **kw)
+
+
+def test_decode_checks_its_arguments():
+    model = build("gla-tiny")
+    cache = init_cache(model, 2, 4)
+    with pytest.raises(ValueError, match="num_tokens: expected an integer >= 1, got 0"):
+        decode(model, token_ids((2,)), cache, 0)
+    with pytest.raises(ValueError, match=r"tokens: expected integer token ids \[B\], got int32 \(2, 2\)"):
+        decode(model, token_ids((2, 2)), cache, 3)

@@ -1,0 +1,47 @@
+"""Shared pieces of the model and inference tests: tiny models with random CCQ gates, token ids, a jitted forward."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from ccq_jax.models import CausalLM, get_config
+
+# every family with and without CCQ; GLA with its short convs and grouped keys, chunks shorter than the prompts
+CASES = {
+    "transformer": ("transformer-tiny", {}),
+    "gla": ("gla-tiny", dict(chunk_size=4)),
+    "gdn": ("gdn-tiny", dict(chunk_size=4)),
+    "ccq-gla": ("ccq-gla-tiny", dict(chunk_size=4, use_short_conv=True, num_kv_heads=2)),
+    "ccq-gdn": ("ccq-gdn-tiny", dict(chunk_size=4)),
+}
+
+
+def build(name, overrides=None, seed=0):
+    """A tiny model; CCQ gate weights (zero at init) get random values so the CCQ read matters."""
+    model = CausalLM(get_config(name, **(overrides or {})), rngs=nnx.Rngs(seed))
+    rng = np.random.default_rng(seed + 100)
+    for path, var in nnx.iter_graph(model):
+        if isinstance(var, nnx.Param) and "ccq" in path:
+            var.value = jnp.asarray(rng.standard_normal(var.value.shape), var.value.dtype)
+    return model
+
+
+def token_ids(shape, seed=0, vocab=256):
+    return jnp.asarray(np.random.default_rng(seed).integers(0, vocab, shape), jnp.int32)
+
+
+@nnx.jit
+def forward(model, input_ids, segment_ids=None):
+    return model(input_ids, segment_ids)
+
+
+@pytest.fixture(autouse=True)
+def fast_compiles():
+    """Compile with most XLA optimisations off: tiny models run in microseconds either way, and the
+    compiles, which dominate these tests, take about half the time. Restored after each test."""
+    previous = jax.config.read("jax_disable_most_optimizations")
+    jax.config.update("jax_disable_most_optimizations", True)
+    yield
+    jax.config.update("jax_disable_most_optimizations", previous)

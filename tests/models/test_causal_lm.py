@@ -1,0 +1,86 @@
+"""CausalLM: gradients of the LM loss under jit, packed documents, CCQ off = the backbone, dtypes, input checks."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from flax import nnx
+
+from ccq_jax.models import CausalLM, get_config, with_config
+from tests.models.conftest import CASES, build, forward, token_ids
+from tests.ops.conftest import rel_rms
+
+
+def _loss(model, ids):
+    logits = model(ids[:, :-1])
+    return optax.softmax_cross_entropy_with_integer_labels(logits, ids[:, 1:]).mean()
+
+
+@pytest.mark.parametrize("case", ["ccq-gla", "ccq-gdn"])
+def test_jit_and_grad_of_the_lm_loss(case):
+    model = build(*CASES[case])
+    ids = token_ids((2, 13))
+    loss, grads = nnx.jit(nnx.value_and_grad(_loss))(model, ids)
+    assert abs(float(loss) - np.log(256)) < 0.1  # near-uniform predictions at initialisation
+    for path, g in nnx.to_flat_state(grads):
+        g = np.asarray(g.value)
+        assert np.isfinite(g).all() and np.abs(g).max() > 0, path
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_a_packed_row_equals_its_documents_run_alone(case):
+    """Row 0 packs documents of 7 and 11 tokens; rows 1, 2 hold them alone (causal, so what follows is irrelevant)."""
+    model = build(*CASES[case])
+    a, b, tail = token_ids((7,), 1), token_ids((11,), 2), token_ids((11,), 3)
+    ids = jnp.stack([jnp.concatenate([a, b]), jnp.concatenate([a, tail]), jnp.concatenate([b, tail[:7]])])
+    segments = jnp.asarray([[4] * 7 + [9] * 11, [0] * 18, [0] * 18], jnp.int32)  # shapes of test_decode's forward
+    logits = forward(model, ids, segments)
+    assert rel_rms(logits[0, :7], logits[1, :7]) < 1e-5
+    assert rel_rms(logits[0, 7:], logits[2, :11]) < 1e-5
+
+
+@pytest.mark.parametrize("family", ["gla", "gdn"])
+def test_ccq_off_equals_the_backbone_with_the_same_weights(family):
+    name, overrides = CASES[f"ccq-{family}"]
+    overrides = dict(overrides, initializer_range=0.2)  # large enough weights for the mixers to matter
+    ccq_model = build(name, overrides)
+    off = with_config(ccq_model, **{"ccq.mode": "off"})
+    plain = CausalLM(get_config(name, ccq=None, **overrides), rngs=nnx.Rngs(7))
+    params = nnx.state(ccq_model, nnx.Param).to_pure_dict()
+    for layer in params["layers"].values():
+        del layer["attn"]["ccq"]
+    nnx.update(plain, params)
+    ids = token_ids((2, 11))
+    np.testing.assert_allclose(forward(off, ids), forward(plain, ids), rtol=1e-6, atol=1e-6)
+    assert rel_rms(forward(ccq_model, ids), forward(plain, ids)) > 1e-2  # the learned gate does change the read
+    assert off.layers[0].attn.ccq.weight.value is ccq_model.layers[0].attn.ccq.weight.value  # shared, not copied
+
+
+def test_with_config_rejects_changes_to_the_parameters():
+    model = build("gla-tiny")
+    with pytest.raises(ValueError, match="overrides: \\['hidden_size'\\] change the model's parameters"):
+        with_config(model, hidden_size=32)
+
+
+def test_bf16_compute_with_fp32_parameters_stays_close_to_fp32():
+    name, overrides = CASES["ccq-gdn"]
+    fp32 = build(name, overrides)
+    bf16 = with_config(fp32, dtype="bfloat16")
+    ids = token_ids((2, 11))
+    logits = forward(bf16, ids)
+    assert logits.dtype == jnp.float32
+    assert {x.dtype for x in jax.tree.leaves(nnx.state(bf16, nnx.Param))} == {jnp.dtype("float32")}
+    assert rel_rms(logits, forward(fp32, ids)) < 3e-2
+
+
+def test_input_checks():
+    model = build("gla-tiny")
+    with pytest.raises(ValueError, match=r"input_ids: expected integer token ids \[B, T\] with T >= 1, got float32"):
+        model(jnp.zeros((2, 3)))
+    with pytest.raises(ValueError, match=r"segment_ids: expected shape \(2, 3\) \(that of input_ids\), got \(2, 4\)"):
+        model(token_ids((2, 3)), jnp.zeros((2, 4), jnp.int32))
+    with pytest.raises(ValueError, match=r"cache: expected one entry per layer \(2\), got 1"):
+        model(token_ids((2, 3)), cache=(None,))
+    with pytest.raises(ValueError, match="config: expected a ModelConfig"):
+        CausalLM({"hidden_size": 64}, rngs=nnx.Rngs(0))

@@ -1,0 +1,101 @@
+"""Configs and presets: every preset builds, bad values and unknown keys raise ValueErrors naming the field."""
+
+import dataclasses
+
+import pytest
+
+from ccq_jax.models import (
+    PRESETS, CCQConfig, GatedDeltaNetConfig, GLAConfig, TransformerConfig, config_from_dict, get_config,
+)
+from ccq_jax.models.__main__ import main
+
+
+def test_preset_names():
+    sizes = ("tiny", "340m", "1.3b")
+    expected = {f"{f}-{s}" for f in ("transformer", "gla", "gdn", "ccq-gla", "ccq-gdn") for s in sizes}
+    assert set(PRESETS) == expected
+    assert all(get_config(name).ccq is not None for name in PRESETS if name.startswith("ccq-"))
+
+
+def test_1_3b_presets_are_fla_defaults():
+    assert get_config("gla-1.3b") == GLAConfig()
+    assert get_config("gdn-1.3b") == GatedDeltaNetConfig()
+    assert get_config("transformer-1.3b") == TransformerConfig()
+    gla, gdn = GLAConfig(), GatedDeltaNetConfig()
+    assert (gla.hidden_size, gla.num_hidden_layers, gla.num_heads, gla.expand_k, gla.expand_v) == (2048, 24, 4, 0.5, 1)
+    assert (gdn.num_hidden_layers, gdn.num_heads, gdn.head_dim, gdn.expand_v) == (21, 6, 256, 2)
+    assert gdn.use_short_conv and gdn.use_gate and not gla.use_short_conv
+
+
+BAD = [
+    ("transformer-tiny", dict(num_heads=5), "hidden_size: must be divisible by num_heads = 5, got 64"),
+    ("transformer-tiny", dict(num_kv_heads=3), "num_kv_heads: must divide num_heads = 4, got 3"),
+    ("gla-tiny", dict(hidden_size=60), "expand_k: int(hidden_size * expand_k) = 30 must be a positive multiple of "
+                                       "num_heads = 4"),
+    ("gla-tiny", dict(clamp_min=0.5), "clamp_min: expected a value in [-inf, 0], got 0.5"),
+    ("gdn-tiny", dict(conv_size=0), "conv_size: expected an integer >= 1, got 0"),
+    ("gdn-tiny", dict(num_v_heads=3), "num_v_heads: must be a multiple of num_heads = 2, got 3"),
+    ("gdn-tiny", dict(expand_v=0.3), "expand_v: head_dim * expand_v = 4.8 must be a positive integer"),
+    ("gla-tiny", dict(vocab_size=0), "vocab_size: expected an integer >= 1, got 0"),
+    ("gla-tiny", dict(num_hidden_layers=2.0), "num_hidden_layers: expected int, got float 2.0"),
+    ("gla-tiny", dict(dtype="fp32"), "dtype: expected Literal['float32', 'bfloat16', 'float16'], got str 'fp32'"),
+    ("gla-tiny", dict(attn_impl="cuda"), "attn_impl: unknown value 'cuda'; expected one of"),
+    ("gla-tiny", dict(chunk_size=0), "chunk_size: expected an integer >= 1, got 0"),
+    ("gla-tiny", dict(use_short_conv="yes"), "use_short_conv: expected bool, got str 'yes'"),
+    ("transformer-tiny", dict(attn_impl="chunk"), "attn_impl: expected Optional[Literal['xla', 'cudnn']], got str"),
+    ("ccq-gla-tiny", {"ccq.mode": "sometimes"},
+     "ccq.mode: expected Literal['learned', 'fixed', 'off'], got str 'sometimes'"),
+    ("ccq-gla-tiny", {"ccq.fixed_lambda": 1.5}, "ccq.fixed_lambda: expected a value in [0.0, 1.0], got 1.5"),
+    ("ccq-gla-tiny", {"ccq.mdoe": "off"}, "ccq.mdoe: unknown key (did you mean 'mode'?)"),
+    ("gla-tiny", {"ccq.mode": "off"}, "ccq: is not a nested config, cannot set 'ccq.mode'"),
+    ("gla-tiny", dict(ccq=0.1), "ccq: expected ccq_jax.layers.ccq.CCQConfig | None, got float 0.1"),
+    ("gla-tiny", dict(hiden_size=64), "hiden_size: unknown key (did you mean 'hidden_size'?)"),
+    ("transformer-tiny", dict(ccq=None), "ccq: unknown key"),
+    ("gla-tni", {}, "name: unknown value 'gla-tni'; expected one of ('transformer-tiny',"),
+]
+
+
+@pytest.mark.parametrize("name,overrides,message", BAD)
+def test_bad_fields_raise_naming_the_field(name, overrides, message):
+    with pytest.raises(ValueError) as err:
+        get_config(name, **overrides)
+    assert message in str(err.value)
+    if name == "gla-tni":
+        assert str(err.value).endswith("(did you mean 'gla-tiny'?)")
+
+
+def test_configs_are_frozen_and_keyword_only():
+    with pytest.raises(TypeError, match="unexpected keyword argument 'head_dims'"):
+        GatedDeltaNetConfig(head_dims=64)
+    with pytest.raises(TypeError):
+        GLAConfig(32000)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        get_config("gla-tiny").hidden_size = 32
+
+
+def test_overrides():
+    cfg = get_config("ccq-gdn-tiny", dtype="bfloat16", **{"ccq.mode": "fixed", "ccq.fixed_lambda": 0.3})
+    assert cfg.dtype == "bfloat16" and cfg.ccq == CCQConfig(mode="fixed", fixed_lambda=0.3)
+    assert get_config("ccq-gla-tiny", ccq=None).ccq is None
+    assert get_config("gla-tiny", ccq={"mode": "off"}).ccq == CCQConfig(mode="off")
+    assert get_config("ccq-gla-tiny", ccq=CCQConfig(centered=False)).ccq.centered is False
+
+
+@pytest.mark.parametrize("name", ["transformer-tiny", "ccq-gla-340m", "ccq-gdn-1.3b"])
+def test_dict_round_trip(name):
+    cfg = get_config(name)
+    assert config_from_dict(cfg.to_dict()) == cfg
+    expected = r"family: unknown value 'rnn'; expected one of \('transformer', 'gla', 'gdn'\)"
+    with pytest.raises(ValueError, match=expected):
+        config_from_dict({**cfg.to_dict(), "family": "rnn"})
+
+
+def test_cli_prints_parameter_counts(capsys):
+    main(["gla-tiny", "ccq-gla-tiny", "--set", "tie_word_embeddings=true"])
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].split() == ["preset", "family", "layers", "width", "parameters"]
+    assert out[1].split()[:5] == ["gla-tiny", "gla", "2", "64", "150,944"]  # 167,328 less the untied LM head
+    assert out[2].split()[:5] == ["ccq-gla-tiny", "gla", "2", "64", "151,016"]  # + 2 layers x 4 heads x (8 + 1)
+    with pytest.raises(SystemExit):
+        main(["gla-tiny", "--set", "hiden_size=3"])
+    assert "hiden_size: unknown key (did you mean 'hidden_size'?)" in capsys.readouterr().err
