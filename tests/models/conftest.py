@@ -8,13 +8,16 @@ from flax import nnx
 
 from ccq_jax.models import CausalLM, get_config
 
-# every family with and without CCQ; GLA with its short convs and grouped keys, chunks shorter than the prompts
+# every family with and without CCQ; GLA with its short convs and grouped keys, chunks shorter than the prompts.
+# Weights ~ N(0, 0.1) rather than fla's 0.02: then every mixer's output is as large as the residual stream
+# (at 0.02, GLA behind short convs adds ~1e-6 to it, and any decoding bug in it would go unseen).
+INIT = dict(initializer_range=0.1)
 CASES = {
-    "transformer": ("transformer-tiny", {}),
-    "gla": ("gla-tiny", dict(chunk_size=4)),
-    "gdn": ("gdn-tiny", dict(chunk_size=4)),
-    "ccq-gla": ("ccq-gla-tiny", dict(chunk_size=4, use_short_conv=True, num_kv_heads=2)),
-    "ccq-gdn": ("ccq-gdn-tiny", dict(chunk_size=4)),
+    "transformer": ("transformer-tiny", INIT),
+    "gla": ("gla-tiny", dict(INIT, chunk_size=4)),
+    "gdn": ("gdn-tiny", dict(INIT, chunk_size=4)),
+    "ccq-gla": ("ccq-gla-tiny", dict(INIT, chunk_size=4, use_short_conv=True, num_kv_heads=2)),
+    "ccq-gdn": ("ccq-gdn-tiny", dict(INIT, chunk_size=4)),
 }
 
 
