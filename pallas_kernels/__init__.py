@@ -1,5 +1,10 @@
-"""Pallas kernels (GPU: Mosaic GPU / Triton; TPU: Mosaic) behind `ccq_jax.ops`'s `impl="pallas"`.
+"""Pallas kernels behind `ccq_jax.ops`'s `impl="pallas"` (GPU: the Triton lowering; TPU: Mosaic, later).
 
-Kernels take arrays and return arrays and never import `ccq_jax`; validation, padding and
-backend choice stay in `ccq_jax.ops` (see docs/design.md).
+Kernels take arrays and return arrays and never import `ccq_jax`; validation, padding, the
+custom VJPs and the choice between compiling and interpreting stay in `ccq_jax.ops.pallas`
+(see docs/design.md).
+
+  linear_attention  the chunked GLA pieces (with no gate: the CCQ covariance read)
+  delta_rule        the sequential passes of the chunked gated delta rule
+  _tiles            in-kernel helpers and the one place kernels are launched
 """

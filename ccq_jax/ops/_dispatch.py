@@ -17,6 +17,7 @@ BACKENDS = {
     "recurrent": "ccq_jax.ops.recurrent",
     "chunk": "ccq_jax.ops.chunk",
     "scan": "ccq_jax.ops.scan",
+    "pallas": "ccq_jax.ops.pallas",
 }
 
 _STATIC = ("scale", "centered", "normalize_keys", "chunk_size")

@@ -1,0 +1,251 @@
+"""Times the chunked kernels on one GPU: ours (impl="pallas", impl="chunk") and fla's Triton kernels, side by side.
+
+Run on the GPU machine, with fla's wheels installed there (docs/benchmarks.md says how):
+    python3 benchmarks/kernels.py --out bench.json            # T = 4096 and 16384 (impl="chunk" at 4096 only)
+    python3 benchmarks/kernels.py --seqlens 4096 --impls pallas   # the quick comparison (fla autotunes for minutes)
+    python3 benchmarks/kernels.py --seqlens 4096 --no-fla     # ours only
+    python3 benchmarks/kernels.py --breakdown                 # each Pallas kernel alone, several tile sizes
+
+Shapes follow fla's 1.3B configs (B = 4, bf16 q/k/v, fp32 gates): GLA H=4, K=256, V=512;
+Gated DeltaNet H=6, K=256, V=512. "fwd+bwd" is the forward pass plus the gradients of every
+input. Times are medians over repeated calls (CUDA events for fla, wall clock around a
+blocking call for JAX); peak memory is XLA's compiled buffer total (arguments, outputs,
+temporaries) for JAX and `torch.cuda.max_memory_allocated` for fla, inputs included.
+fla refuses its Gated DeltaNet backward on Hopper (wrong gated dq/dk with this Triton,
+fla issue #640); the guard is lifted to time it, so its gradients here are not trustworthy.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import time
+
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # torch and JAX share the GPU
+
+import numpy as np  # noqa: E402
+
+SHAPES = {"gla": dict(H=4, K=256, V=512), "gdn": dict(H=6, K=256, V=512)}
+OURS = {"gla": ("gla", "ccq_gla"), "gdn": ("gated_delta_rule", "ccq_gated_delta_rule")}
+
+
+def _inputs(family, B, T, seed=0):
+    """NumPy inputs (bf16 values held as float32, gates fp32) shared by fla and ours."""
+    s = SHAPES[family]
+    rng = np.random.default_rng(seed)
+    normal = lambda *shape: rng.standard_normal(shape).astype(np.float32)
+    logsig = lambda x: -np.logaddexp(0, -x)
+    H, K, V = s["H"], s["K"], s["V"]
+    x = dict(q=normal(B, T, H, K), k=normal(B, T, H, K), v=normal(B, T, H, V), do=normal(B, T, H, V),
+             lam=rng.uniform(0, 1, (B, T, H)).astype(np.float32))
+    if family == "gla":
+        x["g"] = logsig(normal(B, T, H, K) + 3.0).astype(np.float32)
+    else:
+        unit = lambda a: a / np.linalg.norm(a, axis=-1, keepdims=True)
+        x["q"], x["k"] = unit(x["q"]), unit(x["k"])
+        x["g"] = logsig(normal(B, T, H) + 3.0).astype(np.float32)
+        x["beta"] = rng.uniform(0, 1, (B, T, H)).astype(np.float32)
+    return x
+
+
+def time_fla(family, x, reps):
+    import torch
+    import triton
+    import fla.ops.common.chunk_o as chunk_o
+    from fla.ops.gated_delta_rule import chunk_gated_delta_rule
+    from fla.ops.gla import chunk_gla
+
+    chunk_o.IS_NVIDIA_HOPPER = False  # lift fla's Hopper guard (timing only: its GDN gradients are wrong here)
+    dev = "cuda"
+    t = lambda a, dt=torch.bfloat16: torch.tensor(a, device=dev).to(dt).requires_grad_()
+    q, k, v = t(x["q"]), t(x["k"]), t(x["v"])
+    g = t(x["g"], torch.float32)
+    do = torch.tensor(x["do"], device=dev).to(torch.bfloat16)
+    if family == "gla":
+        fn = lambda: chunk_gla(q, k, v, g)[0]
+    else:
+        beta = t(x["beta"])
+        fn = lambda: chunk_gated_delta_rule(q, k, v, g, beta)[0]
+    bench = lambda f: triton.testing.do_bench(f, warmup=25, rep=reps * 10, quantiles=[0.5])
+    res = {}
+    with torch.no_grad():
+        res["fwd_ms"] = bench(fn)
+    res["fwdbwd_ms"] = bench(lambda: fn().backward(do))
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    fn().backward(do)
+    torch.cuda.synchronize()
+    res["peak_gib"] = torch.cuda.max_memory_allocated() / 2**30
+    del q, k, v, g, do
+    torch.cuda.empty_cache()
+    return res
+
+
+def _ours_fn(op_name, impl, grad):
+    import jax
+    import jax.numpy as jnp
+    import ccq_jax.ops as ops
+
+    op = getattr(ops, op_name)
+
+    def forward(q, k, v, g, beta, lam):
+        args = [q, k, v, g] + ([beta] if "delta" in op_name else []) + ([lam] if op_name.startswith("ccq") else [])
+        return op(*args, impl=impl)[0]
+
+    if not grad:
+        return jax.jit(forward)
+
+    def fwd_bwd(q, k, v, g, beta, lam, do):
+        o, vjp = jax.vjp(forward, q, k, v, g, beta, lam)
+        return vjp(do)
+
+    return jax.jit(fwd_bwd)
+
+
+def time_ours(op_name, impl, x, reps):
+    import jax
+    import jax.numpy as jnp
+
+    bf = lambda a: jnp.asarray(a, jnp.bfloat16)
+    args = [bf(x["q"]), bf(x["k"]), bf(x["v"]), jnp.asarray(x["g"]), jnp.asarray(x.get("beta", x["lam"])),
+            jnp.asarray(x["lam"])]
+    res = {}
+    for key, grad in (("fwd_ms", False), ("fwdbwd_ms", True)):
+        fn = _ours_fn(op_name, impl, grad)
+        call_args = args + ([bf(x["do"])] if grad else [])
+        compiled = fn.lower(*call_args).compile()
+        if grad:
+            mem = compiled.memory_analysis()
+            res["peak_gib"] = (mem.argument_size_in_bytes + mem.output_size_in_bytes + mem.temp_size_in_bytes) / 2**30
+        jax.block_until_ready(compiled(*call_args))
+        times = []
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            jax.block_until_ready(compiled(*call_args))
+            times.append((time.perf_counter() - t0) * 1e3)
+        res[key] = statistics.median(times)
+    return res
+
+
+def breakdown(B, T, reps, configs):
+    """Times each kernel of the GLA and gated-delta-rule passes alone, for several (tile width, warps) settings."""
+    import functools
+
+    import jax
+    import jax.numpy as jnp
+
+    import ccq_jax.ops.pallas as backend
+    from pallas_kernels import _tiles, delta_rule
+    from pallas_kernels import linear_attention as la
+
+    def run(fn, *args):
+        try:
+            jax.block_until_ready(fn(*args))
+        except Exception as err:  # a tiling that does not compile must not stop the sweep
+            print(f"failed: {type(err).__name__}: {str(err)[:300]}", flush=True)
+            return float("nan")
+        times = []
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            jax.block_until_ready(fn(*args))
+            times.append((time.perf_counter() - t0) * 1e3)
+        return statistics.median(times)
+
+    rows = []
+    for width, warps in configs:
+        for mod in (la, delta_rule):
+            mod.block = lambda d, cap=None, w=width: min(d, w)
+            mod.launch = functools.partial(_tiles.launch, num_warps=warps)
+        for family in ("gla", "gdn"):
+            x = _inputs(family, B, T)
+            C = 64
+            bf = lambda a: jnp.asarray(a, jnp.bfloat16)
+            q, k, v, do = bf(x["q"]), bf(x["k"]), bf(x["v"]), bf(x["do"])
+            lay = backend._layout(jnp.zeros((B, T), jnp.int32), C)
+            gate = "channel" if family == "gla" else "head"
+            G = backend._chunk_cumsum(jnp.asarray(x["g"]), C)
+            H, K, V = q.shape[2], q.shape[3], v.shape[3]
+            h0 = jnp.zeros((B, H, K, V), jnp.float32)
+            kw = dict(chunk=C, interpret=backend._interpret())
+            jit = lambda f: jax.jit(f)
+            A = jit(lambda q, k, G: la.intra_scores(q, k, G, lay.dd, gate=gate, **kw))(q, k, G)
+            t = {"intra_scores": run(jit(lambda q, k, G: la.intra_scores(q, k, G, lay.dd, gate=gate, **kw)), q, k, G)}
+            states = jnp.zeros((B, H, T // C, K, V), jnp.float32)
+            t["chunk_out"] = run(jit(lambda q, G, S, A, v: la.chunk_out(
+                q, G, lay.reads, S, A, v, gate=gate, side="read", transpose_scores=False, s_inter=1.0, s_intra=1.0,
+                out_dtype=jnp.bfloat16, **kw)), q, G, states, A, v)
+            t["chunk_dscores"] = run(jit(lambda do, v: la.chunk_dscores(do, v, lay.dd, scale=1.0, **kw)), do, v)
+            if family == "gla":
+                t["chunk_states"] = run(jit(lambda k, v, G: la.chunk_states(
+                    k, v, G, lay.writes, lay.keep, h0, gate=gate, side="write", store=jnp.float32, **kw)), k, v, G)
+                t["chunk_dqk"] = run(jit(lambda q, k, v, do, G, S, A: la.chunk_dqk(
+                    q, k, v, do, G, lay.reads, lay.writes, lay.keep, lay.dd, S, S, A, gate=gate, scale=1.0, **kw)),
+                    q, k, v, do, G, states, A)
+            else:
+                w = k
+                t["delta_states"] = run(jit(lambda w, u, k, G: delta_rule.delta_states(
+                    w, u, k, G, lay.writes, lay.keep, h0, store=jnp.float32, **kw)), w, v, k, G)
+                t["delta_dstates"] = run(jit(lambda q, k, do, G: delta_rule.delta_dstates(
+                    q, k, k, do, do.astype(jnp.float32), G, lay.reads, lay.writes, lay.keep, h0, scale=1.0, **kw)),
+                    q, k, do, G)
+                t["delta_local (XLA)"] = run(jit(lambda q, k, v, g, beta: backend._delta_local(
+                    q, k, v, g, beta, lay, C)), q, k, v, jnp.asarray(x["g"]), jnp.asarray(x["beta"]))
+            for name, ms in t.items():
+                rows.append(dict(family=family, kernel=name, width=width, warps=warps, ms=ms))
+                print(rows[-1], flush=True)
+    print("\n| family | kernel | tile | warps | ms |\n|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['family']} | {r['kernel']} | {r['width']} | {r['warps']} | {r['ms']:.3f} |")
+    return rows
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--batch", type=int, default=4)
+    ap.add_argument("--seqlens", type=int, nargs="+", default=[4096, 16384])
+    ap.add_argument("--impls", nargs="+", default=["pallas", "chunk"])
+    ap.add_argument("--xla-max-t", type=int, default=4096, help="time impl=chunk only up to this T (slow, large)")
+    ap.add_argument("--no-fla", action="store_true")
+    ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--out", default="bench_kernels.json")
+    ap.add_argument("--breakdown", action="store_true", help="time each Pallas kernel alone (first seqlen)")
+    a = ap.parse_args()
+    if a.breakdown:
+        rows = breakdown(a.batch, a.seqlens[0], a.reps, [(64, 4), (32, 4), (64, 8), (128, 8)])
+        json.dump(rows, open(a.out, "w"), indent=1)
+        return
+    rows = []
+    for T in a.seqlens:
+        for family in ("gla", "gdn"):
+            x = _inputs(family, a.batch, T)
+            for impl in [i for i in a.impls if i != "chunk" or T <= a.xla_max_t]:
+                for op_name in OURS[family]:
+                    try:
+                        r = time_ours(op_name, impl, x, a.reps)
+                    except Exception as err:  # report and go on: one failing variant must not hide the others
+                        r = dict(error=f"{type(err).__name__}: {str(err)[:300]}")
+                    rows.append(dict(T=T, family=family, what=f"ours {op_name} ({impl})", **r))
+                    print(rows[-1], flush=True)
+            if not a.no_fla:  # last: fla's Triton autotuning takes minutes on a fresh machine
+                name = f"fla chunk_{'gla' if family == 'gla' else 'gated_delta_rule'}"
+                rows.append(dict(T=T, family=family, what=name, **time_fla(family, x, a.reps)))
+                print(rows[-1], flush=True)
+    json.dump(rows, open(a.out, "w"), indent=1)
+    print_table(rows)
+
+
+def print_table(rows):
+    fla = {(r["T"], r["family"]): r for r in rows if r["what"].startswith("fla") and "error" not in r}
+    print(f"\n| T | what | fwd ms | fwd+bwd ms | peak GiB | fwd / fla | fwd+bwd / fla |\n|---|---|---|---|---|---|---|")
+    for r in rows:
+        if "error" in r:
+            print(f"| {r['T']} | {r['what']} | error: {r['error'][:80]} |")
+            continue
+        base = fla.get((r["T"], r["family"]))
+        ratio = lambda key: f"{r[key] / base[key]:.2f}" if base else "-"
+        print(f"| {r['T']} | {r['what']} | {r['fwd_ms']:.2f} | {r['fwdbwd_ms']:.2f} | {r['peak_gib']:.2f} | "
+              f"{ratio('fwd_ms')} | {ratio('fwdbwd_ms')} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,309 @@
+"""The Pallas backend of the ops (impl="pallas"): kernels from `pallas_kernels`, wired into custom VJPs.
+
+This module pads to block shapes (T to a multiple of the chunk, K and V to powers of two
+>= 16, with zeros that change nothing), turns the document index into per-token masks, and
+chooses where kernels run: compiled through Triton on a GPU, interpreted on any other
+backend (so CPUs run, and CI checks, the very same kernels). A TPU (Mosaic) lowering can be
+added behind `_interpret` without touching callers.
+
+Backward passes recompute the chunk states from the inputs (nothing of size `[B, H, N, K, V]`
+is kept between forward and backward) and then run the state gradient backwards through the
+chunks, as fla does:
+  GLA and the CCQ covariance: all in Pallas (`pallas_kernels.linear_attention`).
+  Gated delta rule: the two sequential passes and the output in Pallas
+    (`pallas_kernels.delta_rule`); the per-chunk WY/UT algebra, and its gradient by autodiff,
+    in XLA (`_delta_local`).
+  CCQ key sums and counts: XLA (a masked sum inside chunks, an associative scan across them).
+"""
+
+import functools
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from ccq_jax.ops._common import HIGHEST, ccq_correction, ccq_keys
+from ccq_jax.ops.chunk import _doc_masks, _masked_exp
+from ccq_jax.ops.scan import _diagonal_scan, _fold_initial
+from ccq_jax.ops.types import CCQStats
+from pallas_kernels import delta_rule
+from pallas_kernels import linear_attention as la
+from pallas_kernels._tiles import SUB
+
+f32 = jnp.float32
+
+
+def _interpret():
+    """Kernels compile (Triton) on a GPU and are interpreted everywhere else."""
+    return jax.default_backend() != "gpu"
+
+
+class _Layout(NamedTuple):
+    """Per-token masks over the padded sequence [B, Tp] (see `pallas_kernels.linear_attention`)."""
+
+    reads: jax.Array
+    writes: jax.Array
+    keep: jax.Array
+    dd: jax.Array
+
+
+def _layout(docs, chunk):
+    m = _doc_masks(docs, chunk)
+    flat = lambda x: x.reshape(docs.shape[0], -1).astype(f32)
+    keep = jnp.broadcast_to(m.keep_state[..., None], m.reads_state.shape)
+    dd = jnp.pad(docs, [(0, 0), (0, -docs.shape[1] % chunk)], mode="edge")
+    return _Layout(flat(m.reads_state), flat(m.writes_state), flat(keep), dd)
+
+
+def _check_chunk(chunk):
+    if chunk < SUB or chunk & (chunk - 1):
+        raise ValueError(f"chunk_size: impl='pallas' needs a power of two >= {SUB}, got {chunk}")
+    return chunk
+
+
+def _width(d):
+    """Feature width after padding: a power of two >= 16 (Triton tiles and tensor-core dots)."""
+    return max(16, 1 << (d - 1).bit_length())
+
+
+def _pad(x, length, width=None):
+    """Zero-pad [B, T, H, ...] to `length` tokens (and the last axis to `width`)."""
+    pads = [(0, 0), (0, length - x.shape[1])] + [(0, 0)] * (x.ndim - 2)
+    if width is not None:
+        pads[-1] = (0, width - x.shape[-1])
+    return jnp.pad(x, pads)
+
+
+def _pad_state(s, kp, vp):
+    return jnp.pad(s.astype(f32), [(0, 0), (0, 0), (0, kp - s.shape[2]), (0, vp - s.shape[3])])
+
+
+def _chunk_cumsum(g, chunk):
+    """Inclusive cumsum of the log gates inside each chunk, fp32 ([B, Tp, H, *])."""
+    b, tp = g.shape[:2]
+    gc = g.astype(f32).reshape(b, tp // chunk, chunk, *g.shape[2:])
+    return jnp.cumsum(gc, axis=2).reshape(g.shape)
+
+
+# ---- GLA form (per-channel gates) and the undecayed covariance of the CCQ read -------------------
+
+
+def _la_forward(q, k, v, g, h0, lay, scale, chunk, gate, out_dtype):
+    interpret = _interpret()
+    G = _chunk_cumsum(g, chunk) if gate else None
+    scores = la.intra_scores(q, k, G, lay.dd, chunk=chunk, gate=gate, interpret=interpret)
+    states, final = la.chunk_states(k, v, G, lay.writes, lay.keep, h0, chunk=chunk, gate=gate, side="write",
+                                    store=q.dtype, interpret=interpret)
+    o = la.chunk_out(q, G, lay.reads, states, scores, v, chunk=chunk, gate=gate, side="read",
+                     transpose_scores=False, s_inter=scale, s_intra=scale, out_dtype=out_dtype, interpret=interpret)
+    return o, final, scores
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(6, 7, 8, 9))
+def _linear_attention(q, k, v, g, h0, lay, scale, chunk, gate, out_dtype):
+    """o = scale * S_t^T q_t with S_t = diag(exp(g_t)) S_{t-1} + k_t v_t^T (no decay when gate is None)."""
+    o, final, _ = _la_forward(q, k, v, g, h0, lay, scale, chunk, gate, out_dtype)
+    return o, final
+
+
+def _la_fwd(q, k, v, g, h0, lay, scale, chunk, gate, out_dtype):
+    o, final, scores = _la_forward(q, k, v, g, h0, lay, scale, chunk, gate, out_dtype)
+    return (o, final), (q, k, v, g, h0, lay, scores)
+
+
+def _la_bwd(scale, chunk, gate, out_dtype, res, cts):
+    q, k, v, g, h0, lay, scores = res
+    do, dfinal = cts
+    do = do.astype(q.dtype)
+    interpret = _interpret()
+    G = _chunk_cumsum(g, chunk) if gate else None
+    common = dict(chunk=chunk, gate=gate, interpret=interpret)
+    states, _ = la.chunk_states(k, v, G, lay.writes, lay.keep, h0, side="write", store=f32, **common)
+    dstates, dh0 = la.chunk_states(q, do, G, lay.reads, lay.keep, dfinal, side="read", reverse=True, scale=scale,
+                                   store=f32, **common)
+    dv = la.chunk_out(k, G, lay.writes, dstates, scores, do, side="write", transpose_scores=True, s_inter=1.0,
+                      s_intra=scale, out_dtype=v.dtype, **common)
+    dscores = la.chunk_dscores(do, v, lay.dd, chunk=chunk, scale=scale, interpret=interpret)
+    dq, dk, dg = la.chunk_dqk(q, k, v, do, G, lay.reads, lay.writes, lay.keep, lay.dd, states, dstates, dscores,
+                              scale=scale, **common)
+    dg = None if g is None else dg.astype(g.dtype)
+    return dq.astype(q.dtype), dk.astype(k.dtype), dv, dg, dh0, None
+
+
+_linear_attention.defvjp(_la_fwd, _la_bwd)
+
+
+def _backbone_inputs(q, k, v, initial_state, chunk_size):
+    """Padding shared by the backbones: (chunk, Tp, padded K, [q, k, v] in one dtype, h0, undo), where
+    undo(o, final_state) cuts the padding off again."""
+    t, dk, dv = q.shape[1], q.shape[-1], v.shape[-1]
+    chunk = _check_chunk(chunk_size)
+    tp, kp, vp = t + (-t % chunk), _width(dk), _width(dv)
+    dtype = jnp.result_type(q, k, v)
+    padded = [_pad(x.astype(dtype), tp, w) for x, w in ((q, kp), (k, kp), (v, vp))]
+    undo = lambda o, final: (o[:, :t, :, :dv], final[:, :, :dk, :dv])
+    return chunk, tp, kp, padded, _pad_state(initial_state, kp, vp), undo
+
+
+def gla(q, k, v, g, *, scale, initial_state, docs, chunk_size=64):
+    """Chunked GLA in Pallas; see `ccq_jax.ops.gla`."""
+    chunk, tp, kp, qkv, h0, undo = _backbone_inputs(q, k, v, initial_state, chunk_size)
+    return undo(*_linear_attention(*qkv, _pad(g, tp, kp), h0, _layout(docs, chunk), scale, chunk, "channel",
+                                   v.dtype))
+
+
+# ---- the CCQ read -----------------------------------------------------------------------------------
+
+
+def _key_sums(kh, lay, init_sum, init_count, chunk):
+    """Running sum of k^ and token count per document ([B, Tp, H, K], [B, Tp, H]) and their final values."""
+    b, tp, h, dk = kh.shape
+    n = tp // chunk
+    khc = kh.reshape(b, n, chunk, h, dk)
+    d = lay.dd.reshape(b, n, chunk)
+    causal = (jnp.tril(jnp.ones((chunk, chunk), bool)) & (d[..., :, None] == d[..., None, :])).astype(f32)
+    writes, reads = (x.reshape(b, n, chunk) for x in (lay.writes, lay.reads))
+    totals = (jnp.einsum("bnj,bnjhk->bnhk", writes, khc, precision=HIGHEST),
+              jnp.broadcast_to(jnp.sum(writes, -1)[..., None], (b, n, h)))
+    keep = lay.keep.reshape(b, n, chunk)[..., 0]
+    init = (init_sum, init_count)
+    leaving = _diagonal_scan(keep, tuple(_fold_initial(t, keep[:, 0], i) for t, i in zip(totals, init)))
+    entering = [jnp.concatenate([i[:, None], l[:, :-1]], axis=1) for i, l in zip(init, leaving)]
+    key_sum = (jnp.einsum("bnij,bnjhk->bnihk", causal, khc, precision=HIGHEST)
+               + reads[..., None, None] * entering[0][:, :, None])
+    count = jnp.sum(causal, -1)[..., None] + reads[..., None] * entering[1][:, :, None]
+    return key_sum.reshape(kh.shape), count.reshape(b, tp, h), leaving[0][:, -1], leaving[1][:, -1]
+
+
+def ccq_query(q, k, lam, *, centered, normalize_keys, initial_stats, docs, chunk_size=64):
+    """The CCQ read in Pallas: the covariance term is an undecayed linear attention with values k^."""
+    b, t, h, dk = q.shape
+    chunk = _check_chunk(chunk_size)
+    tp, kp = t + (-t % chunk), _width(dk)
+    dtype = jnp.result_type(q, k)
+    kh = _pad(ccq_keys(k, normalize_keys), tp, kp)
+    lay = _layout(docs, chunk)
+    # the state is [key, value] = C^T: C q_t = sum_k q_tk S[k, :]
+    cov_q, cov_t = _linear_attention(_pad(q.astype(dtype), tp, kp), kh.astype(dtype), kh.astype(dtype), None,
+                                     _pad_state(jnp.swapaxes(initial_stats.cov, 2, 3), kp, kp), lay, 1.0, chunk,
+                                     None, f32)
+    key_sum, count, final_sum, final_count = _key_sums(
+        kh, lay, jnp.pad(initial_stats.key_sum, [(0, 0), (0, 0), (0, kp - dk)]), initial_stats.count, chunk)
+    qf = q.astype(f32)
+    sigma_q = ccq_correction(cov_q[:, :t, :, :dk], key_sum[:, :t, :, :dk], count[:, :t], qf, centered)
+    q_clean = qf - lam.astype(f32)[..., None] * sigma_q
+    cov = jnp.swapaxes(cov_t, 2, 3)[:, :, :dk, :dk]
+    return q_clean.astype(q.dtype), CCQStats(cov, final_sum[..., :dk], final_count)
+
+
+# ---- gated delta rule -------------------------------------------------------------------------------
+
+
+class _DeltaLocal(NamedTuple):
+    """What the gated delta rule computes inside chunks (fp32), given its inputs."""
+
+    q_read: jax.Array  # [B, Tp, H, K]  q exp(G) reads
+    scores: jax.Array  # [B, H, Tp, C]  (q_i . k_j) exp(G_i - G_j), causal, one document
+    w: jax.Array  # [B, Tp, H, K]  T (beta exp(G) reads k)
+    u: jax.Array  # [B, Tp, H, V]  T (beta v)
+    k_end: jax.Array  # [B, Tp, H, K]  k exp(G_last - G) writes
+    decay: jax.Array  # [B, N, H]  exp(G_last) keep
+
+
+def _delta_local(q, k, v, g, beta, lay, chunk):
+    """The per-chunk algebra of the gated delta rule in XLA (docs/design.md, "Gated delta rule")."""
+    b, tp, h = g.shape
+    n = tp // chunk
+    to_c = lambda x: x.reshape(b, n, chunk, *x.shape[2:])
+    f = lambda x: to_c(x).astype(f32)
+    qc, kc, vc, bc, G = f(q), f(k), f(v), f(beta), to_c(_chunk_cumsum(g, chunk))  # [B, N, C, H, *]
+    reads, writes, keep = (x.reshape(b, n, chunk)[..., None] for x in (lay.reads, lay.writes, lay.keep))
+    d = lay.dd.reshape(b, n, chunk)
+    causal = (jnp.tril(jnp.ones((chunk, chunk), bool)) & (d[..., :, None] == d[..., None, :]))[..., None]
+    decay_ij = _masked_exp(G[:, :, :, None] - G[:, :, None, :], causal)  # [B, N, C, C, H]
+    # products of the inputs' own values: operands in their dtype, exact products, fp32 sums
+    qk = lambda a, c: jnp.einsum("bnihk,bnjhk->bnijh", to_c(a), to_c(c), preferred_element_type=f32,
+                                 precision=HIGHEST if a.dtype == f32 else None)
+    scores = qk(q, k) * decay_ij
+    strict = causal & ~jnp.eye(chunk, dtype=bool)[:, :, None]
+    kk = jnp.where(strict, bc[:, :, :, None] * qk(k, k) * decay_ij, 0)
+    eye = jnp.eye(chunk, dtype=f32)
+    # T = (I + A)^-1 once per chunk (a C x C right-hand side), then plain batched matmuls
+    inverse = jax.lax.linalg.triangular_solve(jnp.moveaxis(kk, 4, 2) + eye, jnp.broadcast_to(eye, kk.shape[:2] + (
+        h, chunk, chunk)), left_side=True, lower=True, unit_diagonal=True)  # [B, N, H, C, C]
+    apply = lambda rhs: jnp.einsum("bnhij,bnjhd->bnihd", inverse, rhs, precision=HIGHEST)
+    u = apply(bc[..., None] * vc)
+    w = apply(kc * (bc * jnp.exp(G) * reads)[..., None])
+    G_last = G[:, :, -1:]
+    flat = lambda x: x.reshape(b, tp, h, x.shape[-1])
+    return _DeltaLocal(
+        q_read=flat(qc * (jnp.exp(G) * reads)[..., None]),
+        scores=jnp.moveaxis(scores, 4, 1).reshape(b, h, tp, chunk),
+        w=flat(w), u=flat(u),
+        k_end=flat(kc * (jnp.exp(G_last - G) * writes)[..., None]),
+        decay=(jnp.exp(G_last) * keep[:, :, :1])[:, :, 0],
+    )
+
+
+def _delta_pass(k, g, h0, lay, local, chunk):
+    """The chunk-to-chunk pass, given the per-chunk algebra: (G, w, state entering each chunk, v_new, final)."""
+    G = _chunk_cumsum(g, chunk)
+    w = local.w.astype(k.dtype)
+    states, v_new, final = delta_rule.delta_states(w, local.u.astype(k.dtype), k, G, lay.writes, lay.keep, h0,
+                                                   chunk=chunk, store=k.dtype, interpret=_interpret())
+    return G, w, states, v_new, final
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(7, 8))
+def _delta_rule(q, k, v, g, beta, h0, lay, scale, chunk):
+    G, _, states, v_new, final = _delta_pass(k, g, h0, lay, _delta_local(q, k, v, g, beta, lay, chunk), chunk)
+    interpret = _interpret()
+    scores = la.intra_scores(q, k, G, lay.dd, chunk=chunk, gate="head", interpret=interpret)
+    o = la.chunk_out(q, G, lay.reads, states, scores, v_new, chunk=chunk, gate="head", side="read",
+                     transpose_scores=False, s_inter=scale, s_intra=scale, out_dtype=v.dtype, interpret=interpret)
+    return o, final
+
+
+def _dr_fwd(q, k, v, g, beta, h0, lay, scale, chunk):
+    return _delta_rule(q, k, v, g, beta, h0, lay, scale, chunk), (q, k, v, g, beta, h0, lay)
+
+
+def _dr_bwd(scale, chunk, res, cts):
+    q, k, v, g, beta, h0, lay = res
+    do, dfinal = cts
+    do = do.astype(q.dtype)
+    interpret = _interpret()
+    local, local_vjp = jax.vjp(lambda *x: _delta_local(*x, lay, chunk), q, k, v, g, beta)
+    G, w, states, v_new, _ = _delta_pass(k, g, h0, lay, local, chunk)
+    dv_local = la.chunk_out(k, None, None, None, local.scores, do, chunk=chunk, gate=None, side="write",
+                            transpose_scores=True, s_inter=0.0, s_intra=scale, out_dtype=f32, interpret=interpret)
+    dstates, dv_new, dh0 = delta_rule.delta_dstates(q, k, w, do, dv_local, G, lay.reads, lay.writes, lay.keep,
+                                                    dfinal, chunk=chunk, scale=scale, interpret=interpret)
+    dscores = la.chunk_dscores(do, v_new, lay.dd, chunk=chunk, scale=scale, interpret=interpret)
+    b, tp, h = g.shape
+    n = tp // chunk
+    # matmul operands in the inputs' dtype, fp32 accumulation (fp32 inputs: HIGHEST), as in the kernels
+    precision = HIGHEST if q.dtype == f32 else None
+    per_chunk = lambda x: x.astype(q.dtype).reshape(b, n, chunk, h, x.shape[-1])
+    with_states = lambda x, s: jnp.einsum("bnchv,bnhkv->bnchk", per_chunk(x), s.astype(q.dtype), precision=precision,
+                                          preferred_element_type=f32).reshape(b, tp, h, -1)
+    cotangent = _DeltaLocal(
+        q_read=scale * with_states(do, states),
+        scores=dscores,
+        w=-with_states(dv_new, states),
+        u=dv_new,
+        k_end=with_states(v_new, dstates),
+        decay=jnp.sum(states.astype(f32) * dstates, axis=(-2, -1)),
+    )
+    dq, dk, dv, dg, dbeta = local_vjp(cotangent)
+    return (dq.astype(q.dtype), dk.astype(k.dtype), dv.astype(v.dtype), dg.astype(g.dtype), dbeta.astype(beta.dtype),
+            dh0, None)
+
+
+_delta_rule.defvjp(_dr_fwd, _dr_bwd)
+
+
+def gated_delta_rule(q, k, v, g, beta, *, scale, initial_state, docs, chunk_size=64):
+    """Chunked gated delta rule in Pallas (+ XLA for the per-chunk WY algebra); see `ccq_jax.ops.gated_delta_rule`."""
+    chunk, tp, _, qkv, h0, undo = _backbone_inputs(q, k, v, initial_state, chunk_size)
+    return undo(*_delta_rule(*qkv, _pad(g, tp), _pad(beta, tp), h0, _layout(docs, chunk), scale, chunk))

@@ -1,0 +1,100 @@
+"""In-kernel building blocks shared by every kernel, and the one place that launches a kernel.
+
+Kernels index whole-array refs themselves (no BlockSpecs): `ref[b, pl.ds(t0, C), h, pl.ds(k0, BK)]`
+loads a `[C, BK]` tile, an int array in place of the slice gathers rows. Every tile is a
+power of two (the Triton lowering requires it) and every dot has dims >= 16.
+
+Gates come in three modes: "channel" (`G [B, Tp, H, K]`, GLA), "head" (`G [B, Tp, H]`, the
+gated delta rule) and None (no decay: the CCQ statistics). G is the inclusive cumsum of the
+log decays inside each chunk, fp32.
+"""
+
+import jax
+import jax.numpy as jnp
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as _pltpu  # noqa: F401
+from jax.experimental.pallas import triton as pltriton
+
+# Interpret mode imports the TPU interpreter on its first call, which registers config options
+# that are part of jit's cache key: importing it here keeps the first jitted call from compiling twice.
+del _pltpu
+
+SUB = 16  # secondary chunk: the diagonal blocks whose pairwise decays are formed exactly
+
+
+def launch(kernel, out_shape, grid, *, interpret, num_warps=4, num_stages=2, name=None):
+    """pallas_call over whole-array refs; Triton on a GPU, the same kernel interpreted elsewhere."""
+    params = None if interpret else pltriton.CompilerParams(num_warps=num_warps, num_stages=num_stages)
+    return pl.pallas_call(kernel, out_shape=out_shape, grid=grid, interpret=interpret, compiler_params=params,
+                          name=name)
+
+
+def dot(a, b, *, trans_a=False, trans_b=False):
+    """a @ b (either side transposed) with fp32 accumulation; fp32 operands use IEEE fp32, never TF32."""
+    dims = (((0 if trans_a else 1,), (1 if trans_b else 0,)), ((), ()))
+    precision = jax.lax.Precision.HIGHEST if a.dtype == jnp.float32 else None
+    return jax.lax.dot_general(a, b, dims, precision=precision, preferred_element_type=jnp.float32)
+
+
+def masked_exp(x, mask):
+    """exp(x) where mask, 0 elsewhere (the exponent is masked first, so nothing overflows)."""
+    return jnp.exp(jnp.where(mask, x, -jnp.inf))
+
+
+def iota(n):
+    return jax.lax.broadcasted_iota(jnp.int32, (n,), 0)
+
+
+def place(x, row_block, n, col_block=None):
+    """An [n, D] (or [n, n]) fp32 tile holding the [SUB, D] (or [SUB, SUB]) tile x at block row `row_block`
+    (and block column `col_block`), zeros elsewhere: one-hot dots, exact in fp32 (register tiles cannot be
+    concatenated in the Triton lowering)."""
+    onehot = lambda blk: (iota(n)[:, None] == blk * SUB + iota(SUB)[None, :]).astype(jnp.float32)  # [n, SUB]
+    if col_block is not None:
+        x = dot(x, onehot(col_block), trans_b=True)
+    return dot(onehot(row_block), x)
+
+
+def tile(ref, b, rows, h, cols):
+    """A `[rows, cols]` tile of a `[B, Tp, H, D]` array as fp32."""
+    return ref[b, rows, h, cols].astype(jnp.float32)
+
+
+def gate_tile(g_ref, mode, b, rows, h, cols):
+    """G over `rows` (a slice or an index array): [C, BK] per channel, [C, 1] per head, None without gates."""
+    if mode == "channel":
+        return g_ref[b, rows, h, cols]
+    if mode == "head":
+        return g_ref[b, rows, h][:, None]
+    return None
+
+
+def gate_row(g_ref, mode, b, t, h, cols):
+    """G at one position t: [BK] per channel, [1] per head."""
+    if mode == "channel":
+        return g_ref[b, t, h, cols]
+    return g_ref[b, pl.ds(t, 1), h]
+
+
+def from_start(G, mask):
+    """exp(G_i) * mask_i: a token read against the state entering its chunk ([C, BK] or [C, 1])."""
+    m = mask[:, None]
+    return m if G is None else jnp.exp(G) * m
+
+
+def to_end(G, G_last, mask):
+    """exp(G_last - G_j) * mask_j: a token's contribution decayed to the end of its chunk."""
+    m = mask[:, None]
+    return m if G is None else jnp.exp(G_last[None, :] - G) * m
+
+
+def chunk_decay(G_last, keep):
+    """exp(G_last) * keep: how the state entering a chunk survives it ([BK] or [1])."""
+    return keep if G_last is None else jnp.exp(G_last) * keep
+
+
+def same_doc_causal(dd_ref, b, rows, n):
+    """[C, C] bool: j <= i and tokens i, j in the same document."""
+    d = dd_ref[b, rows]
+    i = iota(n)
+    return (i[:, None] >= i[None, :]) & (d[:, None] == d[None, :])

@@ -1,0 +1,105 @@
+"""The sequential passes of the chunked gated delta rule (fla's `chunk_gated_delta_rule_fwd_h` / `_bwd_dhu`).
+
+With the WY/UT form done per chunk beforehand (w = T (beta exp(G) k), u = T (beta v),
+T = (I + A)^-1), the state crossing chunk boundaries obeys
+
+    v_new = u - w S_n;   S_{n+1} = exp(G_last) keep S_n + (k exp(G_last - G) writes)^T v_new
+
+and its gradient runs the other way. The correction `w S_n` contracts over all of K, so one
+program holds a `[K, BV]` slab of the state (fla does the same; K <= 256 keeps it in registers).
+Gates are per head (`G [B, Tp, H]`, the inclusive in-chunk cumsum); layouts as in
+`linear_attention`. With fp32 operands the `[C, K]` tiles are twice as large, so those
+kernels take narrower V slabs and no software pipelining (with 64-wide slabs and two stages,
+fp32 at K = 256 asked for 296 KB of shared memory on the H200, which has 227 KB).
+"""
+
+import jax
+import jax.numpy as jnp
+from jax.experimental import pallas as pl
+
+from pallas_kernels._tiles import chunk_decay, dot, from_start, gate_row, gate_tile, launch, tile, to_end
+from pallas_kernels.linear_attention import block
+
+f32 = jnp.float32
+
+
+def _tiling(dv, dtype):
+    """(V slab width, launch options) for the full-K kernels."""
+    wide = jnp.dtype(dtype).itemsize >= 4
+    return block(dv, 32 if wide else 64), dict(num_warps=8, num_stages=1 if wide else 2)
+
+
+def delta_states(w, u, k, g, writes, keep, h0, *, chunk, store, interpret):
+    """The forward pass. Returns (state entering each chunk `[B, N, H, K, V]` in `store`, v_new `[B, Tp, H, V]`
+    in u's dtype, final state fp32)."""
+    b_, tp, heads, dk = k.shape
+    dv = u.shape[-1]
+    bv, options = _tiling(dv, w.dtype)
+    n_chunks = tp // chunk
+    ks = pl.ds(0, dk)
+
+    def kernel(w_ref, u_ref, k_ref, g_ref, m_ref, keep_ref, h0_ref, hs_ref, vn_ref, ht_ref):
+        vt = pl.program_id(0)
+        b, h = pl.program_id(1) // heads, pl.program_id(1) % heads
+        vs = pl.ds(vt * bv, bv)
+
+        def step(n, S):
+            t0 = n * chunk
+            rows = pl.ds(t0, chunk)
+            hs_ref[b, n, h, ks, vs] = S.astype(hs_ref.dtype)
+            w_t = w_ref[b, rows, h, ks]
+            v_new = u_ref[b, rows, h, vs].astype(f32) - dot(w_t, S.astype(w_t.dtype))
+            vn_ref[b, rows, h, vs] = v_new.astype(vn_ref.dtype)
+            G, G_last = gate_tile(g_ref, "head", b, rows, h, ks), gate_row(g_ref, "head", b, t0 + chunk - 1, h, ks)
+            ke = (tile(k_ref, b, rows, h, ks) * to_end(G, G_last, m_ref[b, rows])).astype(w_t.dtype)
+            decay = chunk_decay(G_last, jnp.min(keep_ref[b, rows]))
+            return S * jnp.reshape(decay, (1, 1)) + dot(ke, v_new.astype(w_t.dtype), trans_a=True)
+
+        ht_ref[b, h, ks, vs] = jax.lax.fori_loop(0, n_chunks, step, h0_ref[b, h, ks, vs].astype(f32))
+
+    outs = (jax.ShapeDtypeStruct((b_, n_chunks, heads, dk, dv), store), jax.ShapeDtypeStruct(u.shape, u.dtype),
+            jax.ShapeDtypeStruct((b_, heads, dk, dv), f32))
+    return launch(kernel, outs, (dv // bv, b_ * heads), interpret=interpret, name="delta_states",
+                  **options)(w, u, k, g, writes, keep, h0)
+
+
+def delta_dstates(q, k, w, do, dv_local, g, reads, writes, keep, dfinal, *, chunk, scale, interpret):
+    """The backward pass of the state, from the last chunk to the first.
+
+    dv_local: the gradient of v_new through the intra-chunk output (scale A^T do). Per chunk
+    (from the end): dv_new = dv_local + k_end dS; dS <- exp(G_last) keep dS + scale (q exp(G) reads)^T do - w^T dv_new.
+    Returns (dS leaving each chunk `[B, N, H, K, V]` fp32, dv_new `[B, Tp, H, V]` fp32, dS_0 fp32).
+    """
+    b_, tp, heads, dk = k.shape
+    dv = do.shape[-1]
+    bv, options = _tiling(dv, k.dtype)
+    n_chunks = tp // chunk
+    ks = pl.ds(0, dk)
+    dtype = k.dtype
+
+    def kernel(q_ref, k_ref, w_ref, do_ref, dvl_ref, g_ref, r_ref, m_ref, keep_ref, df_ref, dh_ref, dvn_ref, dh0_ref):
+        vt = pl.program_id(0)
+        b, h = pl.program_id(1) // heads, pl.program_id(1) % heads
+        vs = pl.ds(vt * bv, bv)
+
+        def step(i, dS):
+            n = n_chunks - 1 - i
+            t0 = n * chunk
+            rows = pl.ds(t0, chunk)
+            dh_ref[b, n, h, ks, vs] = dS
+            G, G_last = gate_tile(g_ref, "head", b, rows, h, ks), gate_row(g_ref, "head", b, t0 + chunk - 1, h, ks)
+            ke = (tile(k_ref, b, rows, h, ks) * to_end(G, G_last, m_ref[b, rows])).astype(dtype)
+            dv_new = dvl_ref[b, rows, h, vs] + dot(ke, dS.astype(dtype))
+            dvn_ref[b, rows, h, vs] = dv_new
+            qe = (tile(q_ref, b, rows, h, ks) * from_start(G, r_ref[b, rows])).astype(dtype)
+            w_t = w_ref[b, rows, h, ks]
+            decay = chunk_decay(G_last, jnp.min(keep_ref[b, rows]))
+            return (dS * jnp.reshape(decay, (1, 1)) + scale * dot(qe, do_ref[b, rows, h, vs], trans_a=True)
+                    - dot(w_t, dv_new.astype(w_t.dtype), trans_a=True))
+
+        dh0_ref[b, h, ks, vs] = jax.lax.fori_loop(0, n_chunks, step, df_ref[b, h, ks, vs].astype(f32))
+
+    outs = (jax.ShapeDtypeStruct((b_, n_chunks, heads, dk, dv), f32), jax.ShapeDtypeStruct(do.shape, f32),
+            jax.ShapeDtypeStruct((b_, heads, dk, dv), f32))
+    return launch(kernel, outs, (dv // bv, b_ * heads), interpret=interpret, name="delta_dstates",
+                  **options)(q, k, w, do, dv_local, g, reads, writes, keep, dfinal)

@@ -1,0 +1,302 @@
+"""Chunked linear attention kernels (fla's decomposition), shared by GLA, the gated delta rule and the CCQ read.
+
+Layouts (padded by the caller): tokens `[B, Tp, H, D]` with Tp = N * C; per-token 0/1 masks
+`[B, Tp]` fp32 (`reads`: the token belongs to the document of the state entering its chunk;
+`writes`: it is real and in its chunk's last document; `keep`: no document starts inside its
+chunk, repeated over the chunk's tokens); the monotone document index `dd [B, Tp]` int32;
+per-chunk states `[B, N, H, K, V]`; intra-chunk score matrices `[B, H, Tp, C]` (row i of chunk
+n holds token i's scores against the C tokens of its chunk). See `_tiles` for the gate modes.
+
+The pieces:
+  intra_scores  A_ij = sum_k q_ik k_jk exp(G_ik - G_jk) for j <= i in one document (per-channel
+                gates by secondary chunking: off-diagonal 16-blocks factor through a reference
+                row so that every exponent is <= 0, diagonal blocks are formed element by element)
+  chunk_states  S <- exp(G_last) keep S + scale (x * f)^T y, chunk by chunk (or from the end),
+                optionally storing the state entering every chunk
+  chunk_out     out = s_inter (x * f) S_n + s_intra A y   (A or A^T)
+  chunk_dscores dA = scale (do y^T) on the causal same-document pairs
+  chunk_dqk     dq, dk (and dg for per-channel gates) of the GLA form from dA, the states and
+                their gradients
+"""
+
+import jax
+import jax.numpy as jnp
+from jax.experimental import pallas as pl
+
+from pallas_kernels._tiles import (SUB, chunk_decay, dot, from_start, gate_row, gate_tile, iota, launch,
+                                   masked_exp, place, same_doc_causal, tile, to_end)
+
+f32 = jnp.float32
+
+
+def block(d, cap=64):
+    """Tile width along a feature axis (d is a power of two >= 16)."""
+    return min(d, cap)
+
+
+def _bh(axis, heads):
+    bh = pl.program_id(axis)
+    return bh // heads, bh % heads
+
+
+def _split_gate(refs, gate):
+    refs = list(refs)
+    return (refs.pop(0) if gate else None), refs
+
+
+def intra_scores(q, k, g, dd, *, chunk, gate, interpret):
+    """[B, H, Tp, C] fp32 scores of each token against the earlier tokens of its chunk and document."""
+    b_, tp, heads, dk = q.shape
+    bk = block(dk)
+    subs = chunk // SUB
+
+    def kernel(q_ref, k_ref, *refs):
+        g_ref, (dd_ref, a_ref) = _split_gate(refs, gate)
+        n = pl.program_id(0)
+        b, h = _bh(1, heads)
+        t0 = n * chunk
+        rows = pl.ds(t0, chunk)
+        i = iota(chunk)
+        acc = jnp.zeros((chunk, chunk), f32)
+        for kt in range(dk // bk):
+            ks = pl.ds(kt * bk, bk)
+            qt, kt_ = q_ref[b, rows, h, ks], k_ref[b, rows, h, ks]
+            if gate != "channel":
+                acc += dot(qt, kt_, trans_b=True)
+                continue
+            qf, kf, G = qt.astype(f32), kt_.astype(f32), g_ref[b, rows, h, ks]
+            for a in range(1, subs):  # query sub-block a against all earlier keys, through G just before a
+                rho = g_ref[b, t0 + a * SUB - 1, h, ks][None, :]
+                qa = qf * masked_exp(G - rho, (i // SUB == a)[:, None])
+                ka = kf * masked_exp(rho - G, (i < a * SUB)[:, None])
+                acc += dot(qa.astype(qt.dtype), ka.astype(qt.dtype), trans_b=True)
+        if gate == "channel":
+            for a in range(subs):
+                acc += place(_diagonal_scores(q_ref, k_ref, g_ref, b, h, t0 + a * SUB, dk // bk, bk), a, chunk, a)
+        causal = same_doc_causal(dd_ref, b, rows, chunk)
+        if gate == "head":
+            G = g_ref[b, rows, h]
+            acc = acc * masked_exp(G[:, None] - G[None, :], causal)
+        a_ref[b, h, rows, :] = jnp.where(causal, acc, 0.0)
+
+    args = (q, k) + ((g,) if gate else ()) + (dd,)
+    out = jax.ShapeDtypeStruct((b_, heads, tp, chunk), f32)
+    return launch(kernel, out, (tp // chunk, b_ * heads), interpret=interpret, name="intra_scores")(*args)
+
+
+def _diagonal_scores(q_ref, k_ref, g_ref, b, h, start, n_tiles, bk):
+    """[SUB, SUB] scores of one sub-block against itself, with the exact pairwise decay per channel."""
+    i = iota(SUB)
+    rows = pl.ds(start, SUB)
+    acc = jnp.zeros((SUB, SUB), f32)
+    for kt in range(n_tiles):
+        ks = pl.ds(kt * bk, bk)
+        q, G = tile(q_ref, b, rows, h, ks), g_ref[b, rows, h, ks]
+
+        def column(j, acc, q=q, G=G, ks=ks):
+            kj, gj = k_ref[b, start + j, h, ks].astype(f32)[None, :], g_ref[b, start + j, h, ks][None, :]
+            val = jnp.sum(q * kj * masked_exp(G - gj, (i >= j)[:, None]), axis=1)
+            return acc + jnp.where(i[None, :] == j, val[:, None], 0.0)
+
+        acc = jax.lax.fori_loop(0, SUB, column, acc)
+    return acc
+
+
+def chunk_states(x, y, g, mask, keep, h0, *, chunk, gate, side, reverse=False, scale=1.0, store=None,
+                 interpret):
+    """The state pass. side="write": x are keys (f = exp(G_last - G) * mask); "read": queries (f = exp(G) * mask).
+
+    Returns (the state entering each step `[B, N, H, K, V]` in dtype `store`, or None; the final state fp32).
+    With reverse=True the chunks are walked from the end (the backward pass of the state gradient).
+    """
+    b_, tp, heads, dk = x.shape
+    dv = y.shape[-1]
+    bk, bv = block(dk, 128), block(dv, 128)
+    n_chunks = tp // chunk
+
+    def kernel(x_ref, y_ref, *refs):
+        g_ref, refs = _split_gate(refs, gate)
+        m_ref, keep_ref, h0_ref, *outs = refs
+        hs_ref = outs.pop(0) if store else None
+        (ht_ref,) = outs
+        kt, vt = pl.program_id(0), pl.program_id(1)
+        b, h = _bh(2, heads)
+        ks, vs = pl.ds(kt * bk, bk), pl.ds(vt * bv, bv)
+
+        def step(i, S):
+            n = n_chunks - 1 - i if reverse else i
+            t0 = n * chunk
+            rows = pl.ds(t0, chunk)
+            if hs_ref is not None:
+                hs_ref[b, n, h, ks, vs] = S.astype(hs_ref.dtype)
+            G = gate_tile(g_ref, gate, b, rows, h, ks)
+            G_last = gate_row(g_ref, gate, b, t0 + chunk - 1, h, ks) if gate else None
+            m = m_ref[b, rows]
+            f = to_end(G, G_last, m) if side == "write" else from_start(G, m)
+            xe = (tile(x_ref, b, rows, h, ks) * f).astype(x_ref.dtype)
+            update = dot(xe, y_ref[b, rows, h, vs], trans_a=True)
+            decay = chunk_decay(G_last, jnp.min(keep_ref[b, rows]))
+            return S * jnp.reshape(decay, (-1, 1)) + scale * update
+
+        ht_ref[b, h, ks, vs] = jax.lax.fori_loop(0, n_chunks, step, h0_ref[b, h, ks, vs].astype(f32))
+
+    args = (x, y) + ((g,) if gate else ()) + (mask, keep, h0)
+    final = jax.ShapeDtypeStruct((b_, heads, dk, dv), f32)
+    outs = ((jax.ShapeDtypeStruct((b_, n_chunks, heads, dk, dv), store),) if store else ()) + (final,)
+    res = launch(kernel, outs, (dk // bk, dv // bv, b_ * heads), interpret=interpret, num_warps=8,
+                 name="chunk_states")(*args)
+    return (res[0], res[1]) if store else (None, res[0])
+
+
+def chunk_out(x, g, mask, states, scores, y, *, chunk, gate, side, transpose_scores, s_inter, s_intra, out_dtype,
+              interpret):
+    """Per chunk n: out = s_inter (x * f) @ states_n + s_intra A @ y (A^T with transpose_scores); [B, Tp, H, V].
+
+    With states=None only the intra-chunk term is formed (x, g and mask are then unused).
+    """
+    b_, tp, heads, dk = x.shape
+    dv = y.shape[-1]
+    bk, bv = block(dk), block(dv)
+    inter = states is not None
+
+    def kernel(*refs):
+        if inter:
+            x_ref, *refs = refs
+            g_ref, (m_ref, hs_ref, *refs) = _split_gate(refs, gate)
+        a_ref, y_ref, o_ref = refs
+        vt, n = pl.program_id(0), pl.program_id(1)
+        b, h = _bh(2, heads)
+        t0 = n * chunk
+        rows, vs = pl.ds(t0, chunk), pl.ds(vt * bv, bv)
+        out = s_intra * dot(a_ref[b, h, rows, :].astype(y_ref.dtype), y_ref[b, rows, h, vs],
+                            trans_a=transpose_scores)
+        if inter:
+            m = m_ref[b, rows]
+            acc = jnp.zeros((chunk, bv), f32)
+            for kt in range(dk // bk):
+                ks = pl.ds(kt * bk, bk)
+                G = gate_tile(g_ref, gate, b, rows, h, ks)
+                if side == "write":
+                    f = to_end(G, gate_row(g_ref, gate, b, t0 + chunk - 1, h, ks) if gate else None, m)
+                else:
+                    f = from_start(G, m)
+                xe = (tile(x_ref, b, rows, h, ks) * f).astype(x_ref.dtype)
+                acc += dot(xe, hs_ref[b, n, h, ks, vs].astype(x_ref.dtype))
+            out = out + s_inter * acc
+        o_ref[b, rows, h, vs] = out.astype(o_ref.dtype)
+
+    args = ((x,) + ((g,) if gate else ()) + (mask, states) if inter else ()) + (scores, y)
+    out = jax.ShapeDtypeStruct((b_, tp, heads, dv), out_dtype)
+    return launch(kernel, out, (dv // bv, tp // chunk, b_ * heads), interpret=interpret, name="chunk_out")(*args)
+
+
+def chunk_dscores(do, y, dd, *, chunk, scale, interpret):
+    """dA = scale * do @ y^T on the causal same-document pairs of each chunk: [B, H, Tp, C] fp32."""
+    b_, tp, heads, dv = do.shape
+    bv = block(dv)
+
+    def kernel(do_ref, y_ref, dd_ref, da_ref):
+        n = pl.program_id(0)
+        b, h = _bh(1, heads)
+        rows = pl.ds(n * chunk, chunk)
+        acc = jnp.zeros((chunk, chunk), f32)
+        for vt in range(dv // bv):
+            vs = pl.ds(vt * bv, bv)
+            acc += dot(do_ref[b, rows, h, vs], y_ref[b, rows, h, vs], trans_b=True)
+        da_ref[b, h, rows, :] = jnp.where(same_doc_causal(dd_ref, b, rows, chunk), scale * acc, 0.0)
+
+    out = jax.ShapeDtypeStruct((b_, heads, tp, chunk), f32)
+    return launch(kernel, out, (tp // chunk, b_ * heads), interpret=interpret, name="chunk_dscores")(do, y, dd)
+
+
+def chunk_dqk(q, k, v, do, g, reads, writes, keep, dd, states, dstates, dscores, *, chunk, gate, scale, interpret):
+    """Gradients of the GLA form (per-channel gates or none) with respect to q, k and (gated) g.
+
+    states: the state entering each chunk; dstates: the gradient of the state leaving it
+    (both `[B, N, H, K, V]` fp32); dscores: `chunk_dscores` of (do, v). Returns (dq, dk in q's
+    dtype, dg fp32 or None); dg is the gradient of the raw log gates (the in-chunk reverse cumsum of dG).
+    """
+    b_, tp, heads, dk = q.shape
+    dv = v.shape[-1]
+    bk, bv = block(dk, 32), block(dv)  # narrow K tiles: many [C, BK] fp32 tiles stay live
+    subs = chunk // SUB
+    dtype = q.dtype
+
+    def kernel(q_ref, k_ref, v_ref, do_ref, *refs):
+        g_ref, refs = _split_gate(refs, gate)
+        r_ref, w_ref, keep_ref, dd_ref, hs_ref, dh_ref, da_ref, dq_ref, dk_ref, *dg_ref = refs
+        kt, n = pl.program_id(0), pl.program_id(1)
+        b, h = _bh(2, heads)
+        t0 = n * chunk
+        rows, ks = pl.ds(t0, chunk), pl.ds(kt * bk, bk)
+        dq = jnp.zeros((chunk, bk), f32)
+        dk_ = jnp.zeros((chunk, bk), f32)
+        dgl = jnp.zeros((bk,), f32)
+        for vt in range(dv // bv):
+            vs = pl.ds(vt * bv, bv)
+            S, dS = hs_ref[b, n, h, ks, vs], dh_ref[b, n, h, ks, vs]
+            dq += dot(do_ref[b, rows, h, vs], S.astype(dtype), trans_b=True)
+            dk_ += dot(v_ref[b, rows, h, vs], dS.astype(dtype), trans_b=True)
+            if gate:
+                dgl += jnp.sum(S * dS, axis=1)
+        G = gate_tile(g_ref, gate, b, rows, h, ks)
+        G_last = gate_row(g_ref, gate, b, t0 + chunk - 1, h, ks) if gate else None
+        dq = dq * (scale * from_start(G, r_ref[b, rows]))
+        dk_ = dk_ * to_end(G, G_last, w_ref[b, rows])
+        qf, kf = tile(q_ref, b, rows, h, ks), tile(k_ref, b, rows, h, ks)
+        dA = da_ref[b, h, rows, :]
+        if not gate:
+            dq += dot(dA.astype(dtype), kf.astype(dtype))
+            dk_ += dot(dA.astype(dtype), qf.astype(dtype), trans_a=True)
+        else:
+            dgl = dgl * chunk_decay(G_last, jnp.min(keep_ref[b, rows])) + jnp.sum(kf * dk_, axis=0)
+            i = iota(chunk)
+            blk = i // SUB
+            for a in range(1, subs):  # query sub-block a against all earlier keys
+                rho = g_ref[b, t0 + a * SUB - 1, h, ks][None, :]
+                ka = (kf * masked_exp(rho - G, (i < a * SUB)[:, None])).astype(dtype)
+                dq += masked_exp(G - rho, (blk == a)[:, None]) * dot(dA.astype(dtype), ka)
+            for c in range(subs - 1):  # key sub-block c against all later queries
+                rho = g_ref[b, t0 + c * SUB + SUB - 1, h, ks][None, :]
+                qc = (qf * masked_exp(G - rho, (i >= (c + 1) * SUB)[:, None])).astype(dtype)
+                dk_ += masked_exp(rho - G, (blk == c)[:, None]) * dot(dA.astype(dtype), qc, trans_a=True)
+            for a in range(subs):  # the diagonal sub-blocks, element by element on 16-row tiles
+                dqa, dka = _diagonal_dqk(q_ref, k_ref, g_ref, da_ref, b, h, t0, a, ks, bk)
+                dq += place(dqa, a, chunk)
+                dk_ += place(dka, a, chunk)
+            dG = qf * dq - kf * dk_ + jnp.where((i == chunk - 1)[:, None], dgl[None, :], 0.0)
+            upper = (i[:, None] <= i[None, :]).astype(f32)
+            dg_ref[0][b, rows, h, ks] = dot(upper, dG)  # sum over the later tokens of the chunk
+        dq_ref[b, rows, h, ks] = dq.astype(dq_ref.dtype)
+        dk_ref[b, rows, h, ks] = dk_.astype(dk_ref.dtype)
+
+    args = (q, k, v, do) + ((g,) if gate else ()) + (reads, writes, keep, dd, states, dstates, dscores)
+    grad = jax.ShapeDtypeStruct(q.shape, dtype)
+    outs = (grad, grad) + ((jax.ShapeDtypeStruct(q.shape, f32),) if gate == "channel" else ())
+    res = launch(kernel, outs, (dk // bk, tp // chunk, b_ * heads), interpret=interpret, name="chunk_dqk")(*args)
+    return res[0], res[1], (res[2] if gate == "channel" else None)
+
+
+def _diagonal_dqk(q_ref, k_ref, g_ref, da_ref, b, h, t0, a, ks, bk):
+    """dq, dk ([SUB, BK]) of sub-block a from its own diagonal block of dA, with the exact pairwise decays."""
+    i = iota(SUB)
+    start = t0 + a * SUB
+    rows = pl.ds(start, SUB)
+    q, k, G = tile(q_ref, b, rows, h, ks), tile(k_ref, b, rows, h, ks), g_ref[b, rows, h, ks]
+    dA = da_ref[b, h, rows, pl.ds(a * SUB, SUB)]
+
+    def token(j, carry):
+        dq, dk = carry
+        kj, qj = (r[b, start + j, h, ks].astype(f32)[None, :] for r in (k_ref, q_ref))
+        gj = g_ref[b, start + j, h, ks][None, :]
+        da_key = jnp.sum(jnp.where(i[None, :] == j, dA, 0.0), axis=1)  # dA[i, j]: query i, key j
+        dq = dq + da_key[:, None] * kj * masked_exp(G - gj, (i >= j)[:, None])
+        da_query = jnp.sum(jnp.where(i[:, None] == j, dA, 0.0), axis=0)  # dA[j, i]: query j, key i
+        dk = dk + da_query[:, None] * qj * masked_exp(gj - G, (i <= j)[:, None])
+        return dq, dk
+
+    zero = jnp.zeros((SUB, bk), f32)
+    return jax.lax.fori_loop(0, SUB, token, (zero, zero))
+
+
+__all__ = ["block", "chunk_dqk", "chunk_dscores", "chunk_out", "chunk_states", "intra_scores"]

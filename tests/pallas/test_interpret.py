@@ -1,0 +1,32 @@
+"""impl="pallas" in interpret mode (the kernels run as JAX ops on the CPU) against the float64 recurrence.
+
+Tiny shapes: T = 70 is not a multiple of the chunk, K = 12 and V = 20 are not powers of two
+(every padding path runs), chunk 32 has two secondary chunks (the off-diagonal blocks run),
+and each row packs several documents, one row with strong decay, the other with zeroed
+gates. Ops that share compiled pieces are checked in one test so that one process compiles
+them once. The same checks at full size run on a GPU in test_gpu.py.
+"""
+
+import jax.numpy as jnp
+import pytest
+
+import ccq_jax.ops as ops
+from tests.pallas.conftest import check_op, inputs
+
+
+@pytest.mark.parametrize("names,chunk,dtype", [
+    (["gla", "ccq_query", "ccq_gla"], 32, jnp.float32),
+    (["gated_delta_rule", "ccq_gated_delta_rule"], 32, jnp.float32),
+    (["gla"], 16, jnp.bfloat16),
+    (["gated_delta_rule"], 16, jnp.bfloat16),
+])
+def test_against_recurrence(names, chunk, dtype):
+    x = inputs(30, t=70)
+    for name in names:
+        check_op(name, x, chunk, dtype)
+
+
+def test_chunk_size_must_be_a_power_of_two():
+    x = inputs(32, t=20)
+    with pytest.raises(ValueError, match=r"chunk_size: impl='pallas' needs a power of two >= 16, got 24"):
+        ops.gla(x["q"], x["k"], x["v"], x["g"], impl="pallas", chunk_size=24)
