@@ -54,6 +54,12 @@ class Block(nnx.Module):
         return x + self.mlp(self.mlp_norm(x)), cache
 
 
+@nnx.remat
+def _rematerialised_block(block, x, segment_ids):
+    """A block whose activations are recomputed in the backward pass instead of stored (config.remat)."""
+    return block(x, segment_ids, None)
+
+
 def _check_ids(name, x, shape=None):
     x = jnp.asarray(x)
     if x.ndim != 2 or not jnp.issubdtype(x.dtype, jnp.integer) or x.shape[1] < 1:
@@ -91,7 +97,10 @@ class CausalLM(nnx.Module):
         x = self.embeddings(input_ids)
         new_cache = []
         for i, layer in enumerate(self.layers):
-            x, layer_cache = layer(x, segment_ids, None if cache is None else cache[i])
+            if self.config.remat and cache is None:
+                x, layer_cache = _rematerialised_block(layer, x, segment_ids)
+            else:
+                x, layer_cache = layer(x, segment_ids, None if cache is None else cache[i])
             new_cache.append(layer_cache)
         x = self.norm(x)
         logits = self.embeddings.attend(x) if self.config.tie_word_embeddings else self.lm_head(x)

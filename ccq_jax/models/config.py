@@ -43,6 +43,7 @@ class ModelConfig:
     tie_word_embeddings: bool = False
     dtype: DType = "float32"
     param_dtype: DType = "float32"
+    remat: bool = False  # recompute each block's activations in the backward pass (training memory)
 
     def __post_init__(self):
         configlib.check_field_types(self)

@@ -91,3 +91,19 @@ def test_input_checks():
         model(token_ids((2, 3)), cache=(None,))
     with pytest.raises(ValueError, match="config: expected a ModelConfig"):
         CausalLM({"hidden_size": 64}, rngs=nnx.Rngs(0))
+
+
+def test_remat_recomputes_blocks_without_changing_loss_or_gradients():
+    name, overrides = CASES["ccq-gla"]
+    ids = token_ids((2, 13))
+    results = []
+    for remat in (False, True):
+        graphdef, params = nnx.split(build(name, dict(overrides, remat=remat)))
+        fn = jax.value_and_grad(lambda p, g=graphdef: _loss(nnx.merge(g, p), ids))
+        results.append(jax.jit(fn)(params))
+        jaxpr = str(jax.make_jaxpr(fn)(params))
+        assert ("remat" in jaxpr or "checkpoint" in jaxpr) == remat
+    (loss_a, grads_a), (loss_b, grads_b) = results
+    np.testing.assert_allclose(float(loss_a), float(loss_b), rtol=1e-6)
+    for a, b in zip(jax.tree.leaves(grads_a), jax.tree.leaves(grads_b)):  # recomputation may fuse differently
+        assert rel_rms(a, b) < 1e-5
