@@ -1,0 +1,116 @@
+"""fla config.json <-> ccq-jax model config: which fla fields map, which must hold a given value, which are ignored.
+
+`config_from_fla(fla_config)` accepts the `config.json` of fla's `gla` / `gated_deltanet` models
+(and of ccq-jax's CCQ reference types `ccq_gla` / `ccq_gated_deltanet`, which add a `ccq` dict)
+and returns a `GLAConfig` / `GatedDeltaNetConfig`. Every field is one of:
+- mapped: copied to the field of the same name (fla's `hidden_ratio: null` means 4, and
+  `dtype` (`torch_dtype` in older files) becomes both `dtype` and `param_dtype`);
+- required: a value fla supports but ccq-jax does not compute differently (`hidden_act` must be
+  "swish", `feature_map` null, hybrid `attn` layers and `attnres_block_size` absent, ...);
+- ignored: it does not change the logits (token ids, kernel choices, fused losses, HF bookkeeping;
+  `fuse_norm` only renames GLA's output norm, see `ccq_jax.convert.params`).
+Anything else raises a ValueError naming the field (with the closest known name); a required
+field with another value raises a ValueError naming field, value and what is supported.
+Missing fields take fla's defaults, which are ccq-jax's defaults.
+
+`config_to_fla(config)` is the inverse (mapped fields plus `model_type`, `architectures`, `dtype`);
+what fla cannot express (the Transformer family, GLA's `gate_low_rank_dim` /
+`gate_logit_normalizer` other than fla's fixed 16) raises a ValueError.
+"""
+
+from typing import Any, Mapping
+
+from ccq_jax import configlib
+from ccq_jax.layers.ccq import CCQConfig
+from ccq_jax.models.config import GatedDeltaNetConfig, GLAConfig, ModelConfig
+
+COMMON = ("vocab_size", "hidden_size", "num_hidden_layers", "num_heads", "hidden_ratio", "intermediate_size",
+          "norm_eps", "initializer_range", "tie_word_embeddings", "use_short_conv", "conv_size")
+MAPPED = {
+    GLAConfig: COMMON + ("expand_k", "expand_v", "num_kv_heads", "use_output_gate", "clamp_min"),
+    GatedDeltaNetConfig: COMMON + ("head_dim", "expand_v", "num_v_heads", "use_gate", "allow_neg_eigval"),
+}
+REQUIRED = {  # field: allowed values (the first is what config_to_fla writes)
+    "common": {"hidden_act": ("swish",), "attn": (None,), "attnres_block_size": (None,)},
+    GLAConfig: {"feature_map": (None,), "elementwise_affine": (True,)},
+    GatedDeltaNetConfig: {"output_gate_activation": ("swish", "silu")},
+}
+IGNORED = {"model_type", "architectures", "transformers_version", "_name_or_path", "dtype", "torch_dtype",
+           "use_cache", "bos_token_id", "eos_token_id", "pad_token_id", "max_position_embeddings", "attn_mode",
+           "fuse_norm", "fuse_swiglu", "fuse_cross_entropy", "fuse_linear_cross_entropy", "use_l2warp",
+           "output_attentions", "output_hidden_states", "return_dict", "use_gk", "use_gv"}
+DTYPES = ("float32", "bfloat16", "float16")
+
+# model_type -> (config class, whether it carries CCQ, fla / reference architecture)
+MODEL_TYPES = {
+    "gla": (GLAConfig, False, "GLAForCausalLM"),
+    "gated_deltanet": (GatedDeltaNetConfig, False, "GatedDeltaNetForCausalLM"),
+    "ccq_gla": (GLAConfig, True, "CCQGLAForCausalLM"),
+    "ccq_gated_deltanet": (GatedDeltaNetConfig, True, "CCQGatedDeltaNetForCausalLM"),
+}
+FLA_GLA_GATE = {"gate_low_rank_dim": 16, "gate_logit_normalizer": 16.0}  # fixed in fla's GLA layer
+
+
+def _required(cls) -> dict:
+    return {**REQUIRED["common"], **REQUIRED[cls]}
+
+
+def _hint(name: str, known, model_type: str) -> str:
+    if name == "ccq":
+        return f" (a CCQ model has model_type 'ccq_{model_type}')"
+    return configlib.suggestion(name, known)
+
+
+def config_from_fla(fla_config: Mapping[str, Any], **overrides) -> ModelConfig:
+    """Our config for an fla config dict; `overrides` then replace fields (e.g. dtype, chunk_size)."""
+    fla_config = dict(fla_config)
+    model_type = fla_config.get("model_type")
+    configlib.check_choice("model_type", model_type, MODEL_TYPES)
+    cls, has_ccq, _ = MODEL_TYPES[model_type]
+    mapped, required = MAPPED[cls], _required(cls)
+    known = set(mapped) | set(required) | IGNORED | ({"ccq"} if has_ccq else set())
+    unknown = sorted(set(fla_config) - known)
+    if unknown:
+        hints = "; ".join(f"{name!r}{_hint(name, known, model_type)}" for name in unknown)
+        raise ValueError(f"config.json: fields unknown to the {model_type} converter (they may change the math): "
+                         f"{hints}")
+    for name, allowed in required.items():
+        if name in fla_config and fla_config[name] not in allowed:
+            raise ValueError(f"config.json: {name} = {fla_config[name]!r} is not supported; ccq-jax computes "
+                             f"{name} in {allowed}")
+    values = {name: fla_config[name] for name in mapped if name in fla_config}
+    if values.get("hidden_ratio", 4) is None:
+        values["hidden_ratio"] = 4
+    dtype = fla_config.get("dtype", fla_config.get("torch_dtype")) or "float32"
+    configlib.check_choice("dtype", dtype, DTYPES)
+    values.update(dtype=dtype, param_dtype=dtype)
+    if has_ccq:
+        values["ccq"] = configlib.from_dict(CCQConfig, fla_config.get("ccq") or {}, prefix="ccq.")
+    cfg = configlib.from_dict(cls, values)
+    return configlib.with_overrides(cfg, overrides) if overrides else cfg
+
+
+def _model_type(config: ModelConfig) -> str:
+    for name, (cls, has_ccq, _) in MODEL_TYPES.items():
+        if type(config) is cls and has_ccq == (config.ccq is not None):
+            return name
+    raise ValueError(f"config: fla has no model for {type(config).__name__}; expected a GLAConfig or "
+                     f"GatedDeltaNetConfig")
+
+
+def config_to_fla(config: ModelConfig) -> dict:
+    """The config.json fla (or the CCQ reference, for models with a CCQ config) builds the same model from."""
+    kind = _model_type(config)
+    cls, has_ccq, architecture = MODEL_TYPES[kind]
+    if cls is GLAConfig:
+        for name, value in FLA_GLA_GATE.items():
+            if getattr(config, name) != value:
+                raise ValueError(f"config: {name} = {getattr(config, name)} cannot be saved: fla's GLA layer fixes "
+                                 f"it at {value}")
+    out = {"model_type": kind, "architectures": [architecture]}
+    out.update({name: getattr(config, name) for name in MAPPED[cls]})
+    out.update({name: allowed[0] for name, allowed in _required(cls).items()})
+    out["dtype"] = config.param_dtype
+    if has_ccq:
+        out["ccq"] = configlib.to_dict(config.ccq)
+    return out

@@ -1,0 +1,115 @@
+"""Our parameters <-> fla's state_dict: one name and one layout rule per parameter.
+
+fla names are our module paths with a `model.` prefix (`lm_head` has none), the layouts:
+
+    nnx.Linear kernel [in, out]        <->  <path>.weight [out, in]      (transposed)
+    ShortConvolution kernel [W, C]     <->  <path>.weight [C, 1, W]      (torch's depthwise Conv1d)
+    nnx.Embed embedding [E, D]         <->  <path>.weight [E, D]
+    everything else (norm weights, Linear biases, A_log, dt_bias, ccq.weight [H, K], ccq.bias [H])
+                                       <->  <path> unchanged
+
+so `layers.3.attn.q_proj.kernel` is `model.layers.3.attn.q_proj.weight`, transposed, and the CCQ
+gate of layer 3 is `model.layers.3.attn.ccq.weight` / `.bias`. Conversions are exact (transposes
+and reshapes only; a dtype cast only when the stored dtype differs from the model's).
+"""
+
+from collections.abc import Mapping
+from typing import NamedTuple
+
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+from tqdm.auto import tqdm
+
+from ccq_jax.layers.conv import ShortConvolution
+from ccq_jax.models import CausalLM, ModelConfig, abstract_model
+
+
+class Layout(NamedTuple):
+    to_stored: object  # ours -> stored (an array function)
+    from_stored: object  # stored -> ours
+    stored_shape: object  # our shape -> the stored one
+
+
+def _same(x):
+    return x
+
+
+LAYOUTS = {
+    "same": Layout(_same, _same, tuple),
+    "linear": Layout(lambda k: np.ascontiguousarray(k.T), lambda w: np.ascontiguousarray(w.T),
+                     lambda s: tuple(s[::-1])),
+    "conv": Layout(lambda k: np.ascontiguousarray(k.T[:, None, :]), lambda w: np.ascontiguousarray(w[:, 0, :].T),
+                   lambda s: (s[1], 1, s[0])),
+}
+
+
+def fla_rules(model: CausalLM) -> dict[tuple, tuple[str, Layout]]:
+    """our parameter path -> (fla name, layout), in the model's order."""
+    modules = {path: node for path, node in nnx.iter_graph(model) if isinstance(node, nnx.Module)}
+    rules = {}
+    for path, _ in nnx.to_flat_state(nnx.state(model, nnx.Param)):
+        parent, leaf = modules[path[:-1]], path[-1]
+        module = ".".join(map(str, path[:-1]))
+        prefix = "" if path[0] == "lm_head" else "model."
+        if isinstance(parent, nnx.Linear) and leaf == "kernel":
+            rules[path] = (f"{prefix}{module}.weight", LAYOUTS["linear"])
+        elif isinstance(parent, ShortConvolution) and leaf == "kernel":
+            rules[path] = (f"{prefix}{module}.weight", LAYOUTS["conv"])
+        elif isinstance(parent, nnx.Embed) and leaf == "embedding":
+            rules[path] = (f"{prefix}{module}.weight", LAYOUTS["same"])
+        else:
+            rules[path] = (f"{prefix}{module}.{leaf}", LAYOUTS["same"])
+    return rules
+
+
+def native_rules(model: CausalLM) -> dict[tuple, tuple[str, Layout]]:
+    """our parameter path -> (its dotted path, unchanged layout): ccq-jax's own file format."""
+    return {path: (".".join(map(str, path)), LAYOUTS["same"])
+            for path, _ in nnx.to_flat_state(nnx.state(model, nnx.Param))}
+
+
+def to_state_dict(model: CausalLM, *, rules=fla_rules, progress: bool = False) -> dict[str, np.ndarray]:
+    """The parameters of `model` as NumPy arrays (their dtype) under the names and layouts of `rules`
+    (default: fla's state_dict)."""
+    state = dict(nnx.to_flat_state(nnx.state(model, nnx.Param)))
+    return {name: layout.to_stored(np.asarray(state[path][...]))
+            for path, (name, layout) in tqdm(rules(model).items(), desc="converting", disable=not progress)}
+
+
+def _names(names, limit=8):
+    names = sorted(names)
+    return ", ".join(names[:limit]) + (f" and {len(names) - limit} more" if len(names) > limit else "")
+
+
+def from_state_dict(config: ModelConfig, state_dict: Mapping[str, np.ndarray], *, rules=fla_rules,
+                    progress: bool = False) -> CausalLM:
+    """`CausalLM(config)` holding the tensors of `state_dict`, named and laid out by `rules` (default: fla's).
+
+    ValueError on missing, unexpected or mis-shaped tensors. With tied embeddings a stored
+    `lm_head.weight` (fla's name) must equal the embeddings and is dropped.
+    """
+    model = abstract_model(config)
+    rules = rules(model)
+    state_dict = dict(state_dict)
+    if config.tie_word_embeddings and "lm_head.weight" in state_dict:
+        if not np.array_equal(state_dict.pop("lm_head.weight"), state_dict.get("model.embeddings.weight")):
+            raise ValueError("state_dict: tie_word_embeddings is set but lm_head.weight differs from "
+                             "model.embeddings.weight")
+    names = {name for name, _ in rules.values()}
+    missing, unexpected = names - set(state_dict), set(state_dict) - names
+    if missing or unexpected:
+        raise ValueError(f"state_dict: does not match the {config.family} model of this config: "
+                         f"missing [{_names(missing)}]; unexpected [{_names(unexpected)}]")
+    expected = {path: var.get_value() for path, var in nnx.to_flat_state(nnx.state(model, nnx.Param))}
+    wrong = [f"{name} {state_dict[name].shape} (expected {layout.stored_shape(expected[path].shape)})"
+             for path, (name, layout) in rules.items()
+             if state_dict[name].shape != layout.stored_shape(expected[path].shape)]
+    if wrong:
+        raise ValueError(f"state_dict: shapes do not match the config: {_names(wrong)}")
+    values = {}
+    for path, (name, layout) in tqdm(rules.items(), desc="converting", disable=not progress):
+        stored = np.asarray(state_dict[name])
+        values[path] = jnp.asarray(layout.from_stored(stored).astype(expected[path].dtype, copy=False))
+    nnx.update(model, nnx.from_flat_state(values))
+    return model

@@ -1,0 +1,54 @@
+"""Parity of our logits with PyTorch's: the metrics, and fla's logits from a separate Python process.
+
+`torch_logits` runs `python ccq_jax/torch_reference logits ...` with the given interpreter (one
+with torch and fla; JAX is not needed there) and returns fp32 logits; the process exits before
+ours run, so the two frameworks never share a GPU's memory at the same time.
+"""
+
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+import ccq_jax
+
+TORCH_SIDE = Path(ccq_jax.__file__).resolve().parent / "torch_reference"
+
+
+def _log_softmax(x):
+    x = x - x.max(-1, keepdims=True)
+    return x - np.log(np.exp(x).sum(-1, keepdims=True))
+
+
+def logit_metrics(ours, reference) -> dict:
+    """max / mean |ours - reference|, relative RMS, KL(reference || ours) averaged over tokens (nats),
+    and the fraction of tokens whose top-1 prediction agrees. Computed in float64."""
+    ours, reference = np.asarray(ours, np.float64), np.asarray(reference, np.float64)
+    if ours.shape != reference.shape:
+        raise ValueError(f"logits: shapes differ, ours {ours.shape} vs reference {reference.shape}")
+    diff = np.abs(ours - reference)
+    log_p, log_q = _log_softmax(reference), _log_softmax(ours)
+    return {
+        "max_abs_diff": float(diff.max()),
+        "mean_abs_diff": float(diff.mean()),
+        "rel_rms": float(np.linalg.norm(ours - reference) / max(np.linalg.norm(reference), 1e-30)),
+        "kl": float((np.exp(log_p) * (log_p - log_q)).sum(-1).mean()),
+        "top1_agreement": float((ours.argmax(-1) == reference.argmax(-1)).mean()),
+    }
+
+
+def torch_logits(checkpoint, input_ids, *, python: str | None = None, device: str = "cpu",
+                 dtype: str = "float32") -> tuple[np.ndarray, dict]:
+    """(fp32 logits [B, T, vocab], what the torch side reports: device, torch and fla versions)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        ids, out = Path(tmp) / "ids.npy", Path(tmp) / "logits.npy"
+        np.save(ids, np.asarray(input_ids, np.int64))
+        cmd = [python or sys.executable, str(TORCH_SIDE), "logits", "--checkpoint", str(checkpoint), "--ids",
+               str(ids), "--out", str(out), "--device", device, "--dtype", dtype]
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        if done.returncode:
+            raise RuntimeError(f"the PyTorch side failed ({' '.join(cmd)}):\n{done.stderr[-4000:]}")
+        return np.load(out), json.loads(done.stdout.strip().splitlines()[-1])

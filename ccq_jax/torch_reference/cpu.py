@@ -1,0 +1,120 @@
+"""`cpu_paths()`: run fla's GLA and Gated DeltaNet models on a CPU, where its Triton kernels cannot run.
+
+Inside the context, every Triton call of these models' forward goes to a pure-PyTorch path:
+the recurrences to fla's own references (`fla.ops.gla.naive.naive_recurrent_gla`,
+`fla.ops.gated_delta_rule.naive.naive_recurrent_gated_delta_rule` with fla's `naive_gdn_gate`),
+the norms to fla's `rms_norm_ref` functions, the short convolutions to `torch.nn.Conv1d`'s
+causal form, and the SwiGLU MLP to `silu(gate) * up`. Only whole sequences are supported
+(no cache, `cu_seqlens` or `attention_mask`: NotImplementedError), which is what parity needs.
+"""
+
+import contextlib
+from unittest import mock
+
+import torch
+import torch.nn.functional as F
+from fla.layers import gated_deltanet as fla_gdn_layer
+from fla.layers import gla as fla_gla_layer
+from fla.modules import FusedRMSNormGated, GatedMLP, RMSNorm, ShortConvolution
+from fla.modules.norm import layernorm as fla_layernorm
+from fla.modules.norm import layernorm_gated as fla_layernorm_gated
+from fla.ops.gated_delta_rule.gate import naive_gdn_gate
+from fla.ops.gated_delta_rule.naive import naive_recurrent_gated_delta_rule
+from fla.ops.gla.naive import naive_recurrent_gla
+
+from ccq_jax.torch_reference.ccq import l2norm
+from ccq_jax.torch_reference.models import GDN_KERNELS, GLA_KERNELS
+
+
+def _unsupported(what, **given):
+    bad = [name for name, value in given.items() if value is not None and value is not False]
+    if bad:
+        raise NotImplementedError(f"{what} on CPU: {bad} not supported (run whole sequences without a cache)")
+
+
+def _state_layout(state, state_v_first):
+    return state.transpose(-1, -2) if state is not None and state_v_first else state
+
+
+def naive_gla(*, q, k, v, g=None, gk=None, scale=None, initial_state=None, output_final_state=False,
+              state_v_first=False, cu_seqlens=None, **_):
+    """fla's GLA kernels' signature (`g` for chunk, `gk` for fused_recurrent) on `naive_recurrent_gla`."""
+    _unsupported("gla", cu_seqlens=cu_seqlens)
+    if scale is not None and scale != q.shape[-1] ** -0.5:
+        raise NotImplementedError(f"gla on CPU: only the default scale K**-0.5, got {scale}")
+    o, state = naive_recurrent_gla(q, k, v, gk if gk is not None else g,
+                                   initial_state=_state_layout(initial_state, state_v_first),
+                                   output_final_state=output_final_state)
+    return o, _state_layout(state, state_v_first)
+
+
+def naive_gdn(*, q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False,
+              use_qk_l2norm_in_kernel=False, use_beta_sigmoid_in_kernel=False, allow_neg_eigval=False,
+              use_gate_in_kernel=False, A_log=None, dt_bias=None, state_v_first=False, cu_seqlens=None, **_):
+    """fla's gated-delta-rule kernels' signature on `naive_recurrent_gated_delta_rule`."""
+    _unsupported("gated_delta_rule", cu_seqlens=cu_seqlens)
+    if use_qk_l2norm_in_kernel:
+        q, k = l2norm(q), l2norm(k)
+    if use_gate_in_kernel:
+        g = naive_gdn_gate(g, A_log, dt_bias)
+    if use_beta_sigmoid_in_kernel:
+        beta = beta.float().sigmoid() * (2.0 if allow_neg_eigval else 1.0)
+    groups = v.shape[2] // q.shape[2]
+    q, k = (x.repeat_interleave(groups, dim=2) for x in (q, k))
+    o, state = naive_recurrent_gated_delta_rule(q, k, v, beta, g, scale=scale,
+                                                initial_state=_state_layout(initial_state, state_v_first),
+                                                output_final_state=output_final_state)
+    return o.to(v.dtype), _state_layout(state, state_v_first)
+
+
+def _rms_norm(self, x, residual=None, prenorm=False, residual_in_fp32=False):
+    out = fla_layernorm.rms_norm_ref(x, self.weight, self.bias, residual=residual, eps=self.eps, prenorm=prenorm,
+                                     upcast=True)
+    if not prenorm:
+        return out
+    out, summed = out
+    return out.to(x.dtype), summed.to(torch.float32 if residual_in_fp32 else x.dtype)
+
+
+def _rms_norm_gated(self, x, g, residual=None, prenorm=False, residual_in_fp32=False):
+    _unsupported("FusedRMSNormGated", residual=residual, prenorm=prenorm)
+    if self.activation == "sigmoid":
+        y = fla_layernorm_gated.rms_norm_ref(x, self.weight, self.bias, eps=self.eps).float()
+        return (y * g.float().sigmoid()).to(x.dtype)
+    return fla_layernorm_gated.rms_norm_ref(x, self.weight, self.bias, z=g, eps=self.eps, norm_before_gate=True)
+
+
+def causal_conv1d(x, weight, bias=None, residual=None, initial_state=None, output_final_state=False,
+                  activation=None, cu_seqlens=None, **_):
+    """fla's `causal_conv1d` (x [B, T, D], weight [D, W]) as a depthwise torch convolution."""
+    _unsupported("causal_conv1d", residual=residual, initial_state=initial_state,
+                 output_final_state=output_final_state, cu_seqlens=cu_seqlens)
+    d, w = weight.shape
+    y = F.conv1d(x.transpose(1, 2), weight[:, None, :], bias, padding=w - 1, groups=d)[..., :x.shape[1]]
+    y = y.transpose(1, 2)
+    return (F.silu(y) if activation in ("silu", "swish") else y), None
+
+
+def _short_conv(self, x, residual=None, mask=None, cache=None, output_final_state=False, cu_seqlens=None, **_):
+    _unsupported("ShortConvolution", mask=mask, cache=cache)
+    return causal_conv1d(x, self.weight[:, 0, :], self.bias, residual=residual, activation=self.activation,
+                         output_final_state=output_final_state, cu_seqlens=cu_seqlens)
+
+
+def _gated_mlp(self, x, **_):
+    if self.hidden_act != "swish":
+        raise NotImplementedError(f"GatedMLP on CPU: hidden_act {self.hidden_act!r} (only 'swish')")
+    return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+@contextlib.contextmanager
+def cpu_paths():
+    """Within the context fla's GLA / Gated DeltaNet models (and the CCQ reference) run in pure PyTorch."""
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(mock.patch.multiple(fla_gla_layer, **dict.fromkeys(GLA_KERNELS, naive_gla)))
+        stack.enter_context(mock.patch.multiple(fla_gdn_layer, causal_conv1d=causal_conv1d,
+                                                **dict.fromkeys(GDN_KERNELS, naive_gdn)))
+        for cls, forward in ((RMSNorm, _rms_norm), (FusedRMSNormGated, _rms_norm_gated),
+                             (ShortConvolution, _short_conv), (GatedMLP, _gated_mlp)):
+            stack.enter_context(mock.patch.object(cls, "forward", forward))
+        yield

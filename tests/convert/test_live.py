@@ -1,0 +1,38 @@
+"""Live parity against fla in PyTorch, on a CPU: `ccq-parity` end to end on tiny presets, CCQ included.
+
+Needs a Python with torch, transformers and fla (CI has none, so these tests are skipped there):
+set CCQ_TORCH_PYTHON to its interpreter (e.g. a Python 3.11 venv with the CPU torch wheel), or run
+them in a Python that has torch and fla itself. Each case saves a random preset with
+`save_fla_checkpoint`, loads it with fla's `AutoModelForCausalLM.from_pretrained` (the CCQ
+reference for CCQ presets) and compares logits: the way back of the conversion.
+"""
+
+import importlib.util
+import json
+import os
+import sys
+
+import pytest
+
+from ccq_jax.convert.cli import parity_main
+
+TORCH_PYTHON = os.environ.get("CCQ_TORCH_PYTHON") or (
+    sys.executable if importlib.util.find_spec("torch") and importlib.util.find_spec("fla") else None)
+
+pytestmark = pytest.mark.skipif(TORCH_PYTHON is None, reason="set CCQ_TORCH_PYTHON to a Python with torch and fla")
+
+
+@pytest.mark.parametrize("preset, overrides", [
+    ("gla-tiny", ["use_short_conv=true", "num_kv_heads=2"]),
+    ("gdn-tiny", ["num_v_heads=4"]),
+    ("ccq-gla-tiny", []),
+    ("ccq-gdn-tiny", ["tie_word_embeddings=true"]),
+])
+def test_ccq_parity_on_a_cpu(preset, overrides, tmp_path, capsys):
+    sets = [x for o in ["initializer_range=0.1", *overrides] for x in ("--set", o)]
+    parity_main(["--preset", preset, "--torch-python", TORCH_PYTHON, "--device", "cpu", "--seq-len", "80",
+                 "--save-dir", str(tmp_path / "model"), "--json", str(tmp_path / "parity.json"),
+                 "--max-rel-rms", "1e-4", *sets])
+    record = json.loads((tmp_path / "parity.json").read_text())
+    assert record["torch_side"]["device"] == "cpu" and record["metrics"]["top1_agreement"] == 1.0
+    assert "relative RMS" in capsys.readouterr().out
