@@ -7,7 +7,7 @@ import numpy as np
 from flax import nnx
 
 from ccq_jax.models import abstract_model, get_config
-from tests.models.conftest import fast_compiles, forward  # noqa: F401  (autouse fixture; jitted model call)
+from tests.models.conftest import forward  # noqa: F401  (jitted model call)
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "fla"
 GOLDENS = sorted(p.name for p in FIXTURES.iterdir() if (p / "logits.npy").is_file())

@@ -5,7 +5,6 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from tests.models.conftest import fast_compiles  # noqa: F401  (autouse fixture)
 
 B, T, D = 2, 19, 32
 # three documents in row 0 (the middle one a single token), one in row 1

@@ -3,7 +3,6 @@
 import jax
 import jax.numpy as jnp
 import numpy as np
-import pytest
 from flax import nnx
 
 from ccq_jax.models import CausalLM, get_config
@@ -38,13 +37,3 @@ def token_ids(shape, seed=0, vocab=256):
 @nnx.jit
 def forward(model, input_ids, segment_ids=None):
     return model(input_ids, segment_ids)
-
-
-@pytest.fixture(autouse=True)
-def fast_compiles():
-    """Compile with most XLA optimisations off: tiny models run in microseconds either way, and the
-    compiles, which dominate these tests, take about half the time. Restored after each test."""
-    previous = jax.config.read("jax_disable_most_optimizations")
-    jax.config.update("jax_disable_most_optimizations", True)
-    yield
-    jax.config.update("jax_disable_most_optimizations", previous)

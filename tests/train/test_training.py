@@ -23,9 +23,14 @@ from train.metrics import read_metrics
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
+COMPILE_CACHE = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"ccq-test-compile-cache-{os.getpid()}")
+
+
 def _start(workdir, devices=1, env=None, **changes):
+    # the runs share compiled programs through JAX's persistent cache and skip most XLA passes (tiny models)
     environ = {**os.environ, "PYTHONPATH": ROOT, "JAX_PLATFORMS": "cpu",
-               "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}", **(env or {})}
+               "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}",
+               "JAX_COMPILATION_CACHE_DIR": COMPILE_CACHE, "JAX_DISABLE_MOST_OPTIMIZATIONS": "true", **(env or {})}
     return subprocess.Popen([sys.executable, "-m", "tests.train.tiny_run", str(workdir), json.dumps(changes)],
                             env=environ, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
