@@ -5,6 +5,10 @@ zero state and returns no cache; with a cache it starts from the cached state, s
 conv tails (they belong to the document at position 0, the ops' convention) and returns the
 updated cache. A call with one token uses `decode_impl` (default: the recurrent form), longer
 calls use `attn_impl` (default: the chunked form).
+
+Inside `nnx.capture(model, nnx.Intermediate)` every layer also records the keys its read
+uses, `[B, T, H, K]` under the name `keys` (the Delta-mu diagnostic of `eval`); plain calls
+record nothing.
 """
 
 import jax.numpy as jnp
@@ -65,6 +69,8 @@ class RecurrentMixer(nnx.Module):
 
         Returns (o [B, T, H, V], final state or None, final statistics or None).
         """
+        if hasattr(self, "__captures__"):  # only inside nnx.capture: a plain sow would store the keys on the module
+            self.sow(nnx.Intermediate, "keys", k)
         t = q.shape[1]
         impl = self.decode_impl if t == 1 else self.attn_impl
         kw = dict(segment_ids=segment_ids, impl=impl, output_final_state=cache is not None,

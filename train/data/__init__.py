@@ -1,11 +1,11 @@
-"""Input pipeline on grain: sources, tokenizers, packing, synthetic recall tasks, resumable batches.
+"""Input pipeline on grain: sources, tokenizers (`ccq_jax.tokenizers`), packing, synthetic recall tasks, resumable batches.
 
     from train.data import DataConfig, build_pipeline
     pipeline = build_pipeline(DataConfig(source="mqar", seq_len=128, batch_size=32))
     it = iter(pipeline.dataset)   # grain DatasetIterator: next(it), it.get_state(), it.set_state(s)
     batch = next(it)              # int32 [B_local, T]: input_ids, targets, segment_ids, positions, loss_mask
 
-Modules: config (DataConfig + task configs, built with `ccq_jax.configlib`), tokenizer (byte + tokenizer.json), sources (text/jsonl/parquet/HF),
+Modules: config (DataConfig + task configs, built with `ccq_jax.configlib`), sources (text/jsonl/parquet/HF),
 shards (ArrayRecord format), synthetic (MQAR, needle), packing, pipeline, recall (accuracy),
 prepare (the ccq-prepare-data CLI).
 """
@@ -13,7 +13,7 @@ prepare (the ccq-prepare-data CLI).
 from train.data.config import DataConfig, MQARConfig, NeedleConfig
 from train.data.pipeline import DataPipeline, build_pipeline
 from train.data.recall import recall_accuracy, recall_counts
-from train.data.tokenizer import ByteTokenizer, HFTokenizer, Tokenizer, load_tokenizer, round_vocab_size
+from ccq_jax.tokenizers import ByteTokenizer, HFTokenizer, Tokenizer, load_tokenizer, round_vocab_size
 
 __all__ = [
     "ByteTokenizer",

@@ -24,11 +24,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from ccq_jax.configlib import check_choice, check_field_types, from_dict, to_dict
+from ccq_jax.tokenizers import BYTE_TOKENIZER
 
 SOURCES = ("text", "jsonl", "parquet", "hf", "array_record", "mqar", "needle")
 FILE_SOURCES = ("text", "jsonl", "parquet", "array_record")
 TEXT_SPLITS = ("file", "blank_line")
-BYTE_TOKENIZER = "byte"
 
 
 def _require(ok: bool, message: str) -> None:

@@ -24,7 +24,7 @@ from train.data.packing import PackIterDataset, document_example, stack_rows
 from train.data.shards import TokenShards
 from train.data.sources import text_source
 from train.data.synthetic import MQARSource, NeedleSource
-from train.data.tokenizer import Tokenizer, load_tokenizer, same_tokenizer
+from ccq_jax.tokenizers import Tokenizer, load_tokenizer, same_tokenizer
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,7 +89,7 @@ def build_pipeline(
         )
     local_batch = config.batch_size // process_count
     synthetic = config.source in _SYNTHETIC
-    tokenizer = None if synthetic else load_tokenizer(config)
+    tokenizer = None if synthetic else load_tokenizer(config.tokenizer, bos_token=config.bos_token, eos_token=config.eos_token)
 
     ds = _examples(config, tokenizer)
     if len(ds) < process_count:

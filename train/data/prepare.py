@@ -20,7 +20,7 @@ from tqdm import tqdm
 from train.data.config import BYTE_TOKENIZER, DataConfig
 from train.data.shards import MANIFEST, ShardWriter
 from train.data.sources import text_source
-from train.data.tokenizer import load_tokenizer
+from ccq_jax.tokenizers import load_tokenizer
 
 SOURCE_FIELDS = ("source", "paths", "text_field", "text_split", "hf_dataset", "hf_config", "hf_split")
 
@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         output = Path(args.output)
         _clear_output(output, args.overwrite)
-        tokenizer = load_tokenizer(config)
+        tokenizer = load_tokenizer(config.tokenizer, bos_token=config.bos_token, eos_token=config.eos_token)
         documents = grain.MapDataset.source(text_source(config))
     except ValueError as e:
         parser.error(str(e))

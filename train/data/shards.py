@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from train.data.tokenizer import same_tokenizer
+from ccq_jax.tokenizers import same_tokenizer
 
 FORMAT = "ccq-token-shards"
 VERSION = 1

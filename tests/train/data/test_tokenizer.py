@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pytest
 
-from train.data import ByteTokenizer, DataConfig, HFTokenizer, load_tokenizer, round_vocab_size
+from train.data import ByteTokenizer, HFTokenizer, load_tokenizer, round_vocab_size
 
 TEXT = "Grüße, 世界! tabs\tand\nnewlines 🙂"
 
@@ -19,7 +19,7 @@ def test_byte_tokenizer_round_trip_and_specials():
     assert tok.decode(np.concatenate([[tok.bos_id], ids, [tok.eos_id, tok.pad_id]])) == TEXT
     assert {tok.bos_id, tok.eos_id, tok.pad_id} == {256, 257, 258}
     assert tok.vocab_size == 384 == round_vocab_size(259) and round_vocab_size(256) == 256
-    assert isinstance(load_tokenizer(DataConfig()), ByteTokenizer)
+    assert isinstance(load_tokenizer(), ByteTokenizer)
 
 
 def _train_bpe(path, specials=("<s>", "</s>", "<pad>")):
@@ -37,7 +37,7 @@ def _train_bpe(path, specials=("<s>", "</s>", "<pad>")):
 
 def test_tokenizer_json_round_trip_and_special_ids(tmp_path):
     raw = _train_bpe(tmp_path / "tokenizer.json")
-    tok = load_tokenizer(DataConfig(tokenizer=str(tmp_path / "tokenizer.json")))
+    tok = load_tokenizer(str(tmp_path / "tokenizer.json"))
     assert isinstance(tok, HFTokenizer)
     ids = tok.encode(TEXT)
     assert ids.dtype == np.int32 and len(ids) < len(TEXT.encode("utf-8"))  # merges were learned
@@ -63,4 +63,4 @@ def test_tokenizer_errors_name_the_field(tmp_path):
     with pytest.raises(ValueError, match=r"bos_token: token '<bos>' is not in the vocabulary"):
         HFTokenizer(path, bos_token="<bos>", eos_token="<unk>")
     with pytest.raises(ValueError, match="tokenizer: 'missing.json' is neither 'byte' nor an existing"):
-        load_tokenizer(DataConfig(tokenizer="missing.json"))
+        load_tokenizer("missing.json")

@@ -1,9 +1,11 @@
 """Tokenizers behind one small protocol: the built-in byte tokenizer and any HF `tokenizer.json`.
 
-`encode` returns the document's ids without special tokens (the pipeline adds BOS/EOS);
-`vocab_size` is the size the model's embedding needs (every id is below it). `spec` is a
-JSON-able description stored in the `ccq-prepare-data` manifest so that training can check
-that shards and tokenizer agree.
+Shared by training (`train.data`) and evaluation (`eval`). `encode` returns the document's
+ids without special tokens (the training pipeline adds BOS/EOS); `vocab_size` is the size the
+model's embedding needs (every id is below it). `spec` is a JSON-able description stored in
+the `ccq-prepare-data` manifest so that training can check that shards and tokenizer agree.
+`load_tokenizer(name, bos_token=..., eos_token=...)` takes the `tokenizer`, `bos_token` and
+`eos_token` fields of a data config ("byte" or the path of a tokenizer.json).
 """
 
 from __future__ import annotations
@@ -15,8 +17,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from train.data.config import BYTE_TOKENIZER, DataConfig
-
+BYTE_TOKENIZER = "byte"
 VOCAB_MULTIPLE = 128
 _BOS_NAMES = ("<|begin_of_text|>", "<s>", "<bos>", "[CLS]", "<|startoftext|>")
 _EOS_NAMES = ("<|endoftext|>", "</s>", "<eos>", "<|end_of_text|>", "[SEP]", "<|im_end|>")
@@ -130,11 +131,12 @@ class HFTokenizer:
         }
 
 
-def load_tokenizer(config: DataConfig) -> Tokenizer:
-    """The tokenizer named by `config.tokenizer` ("byte" or a tokenizer.json path)."""
-    if config.tokenizer == BYTE_TOKENIZER:
+def load_tokenizer(name: str = BYTE_TOKENIZER, *, bos_token: str | None = None,
+                   eos_token: str | None = None) -> Tokenizer:
+    """The tokenizer `name` ("byte" or a tokenizer.json path); bos/eos_token: see `HFTokenizer`."""
+    if name == BYTE_TOKENIZER:
         return ByteTokenizer()
-    return HFTokenizer(config.tokenizer, bos_token=config.bos_token, eos_token=config.eos_token)
+    return HFTokenizer(name, bos_token=bos_token, eos_token=eos_token)
 
 
 def same_tokenizer(a: dict[str, Any], b: dict[str, Any]) -> bool:

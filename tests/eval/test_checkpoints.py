@@ -1,0 +1,86 @@
+"""`ccq_jax.checkpoints`: a real `train.loop.train` checkpoint loads (parameters only) with its tokenizer,
+presets grow their vocabulary to the tokenizer's, and the fla hook calls `ccq_jax.convert` when it exists."""
+
+import json
+import sys
+import types
+
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+import pytest
+from flax import nnx
+
+from ccq_jax.checkpoints import checkpoint_step_dir, load_checkpoint, load_fla, random_model
+from ccq_jax.tokenizers import ByteTokenizer
+from eval.__main__ import main
+from eval.builtin_text import ESSAY
+from tests.models.conftest import fast_compiles  # noqa: F401  (autouse fixture)
+from tests.train.tiny_run import tiny_config
+from train.loop import train
+
+
+def _flat(tree) -> dict:
+    """{"layers/0/attn/q_proj/kernel": array as a tuple of floats} (comparable with ==)."""
+    return {"/".join(str(getattr(k, "key", k)) for k in path): tuple(np.asarray(v).ravel().tolist())
+            for path, v in jax.tree_util.tree_leaves_with_path(tree)}
+
+
+def _train_tiny(root):
+    """Two steps of a 1-layer GLA on byte-level text (the model's vocabulary grows to the tokenizer's 384)."""
+    (root / "text").mkdir()
+    for i, part in enumerate(ESSAY.split("\n\n")):
+        (root / "text" / f"{i}.txt").write_text(part)
+    cfg = tiny_config(data={"source": "text", "paths": (str(root / "text"),)}, steps=2, eval_batches=0)
+    train(cfg, root / "work", progress=False)
+    return root / "work"
+
+
+def test_a_trained_checkpoint_loads_and_evaluates(tmp_path, capsys):
+    """One test (one training run, whatever the xdist distribution): parameters, tokenizer, steps, the CLI."""
+    workdir = _train_tiny(tmp_path)
+    bundle = load_checkpoint(workdir)
+    assert isinstance(bundle.tokenizer, ByteTokenizer)
+    assert bundle.info | {"config": None, "tokenizer": None} == {
+        "source": "checkpoint", "path": str(workdir / "checkpoints" / "2"), "step": 2, "preset": "gla-tiny",
+        "run": "tiny", "config": None, "tokenizer": None}
+    cfg = bundle.model.config
+    assert (cfg.vocab_size, cfg.hidden_size, cfg.num_hidden_layers) == (384, 32, 1)
+    stored = ocp.PyTreeCheckpointer().restore(workdir / "checkpoints" / "2" / "state")["params"]  # everything
+    loaded = _flat(nnx.state(bundle.model, nnx.Param).to_pure_dict())
+    assert _flat(stored) == {k + "/value": v for k, v in loaded.items()} and len(loaded) == 17
+
+    step_dir = workdir / "checkpoints" / "2"
+    assert checkpoint_step_dir(workdir) == checkpoint_step_dir(workdir / "checkpoints") == step_dir
+    assert checkpoint_step_dir(step_dir) == checkpoint_step_dir(workdir, 2) == step_dir
+    with pytest.raises(ValueError, match=r"step: 5 is not saved .* saved steps: \[2\]"):
+        checkpoint_step_dir(workdir, 5)
+    with pytest.raises(ValueError, match="not a ccq-train workdir"):
+        checkpoint_step_dir(workdir / "tensorboard")
+
+    (tmp_path / "doc.jsonl").write_text('{"text": "Four score and seven years ago."}\n')
+    main(["ppl", "--checkpoint", str(workdir), "--data", str(tmp_path / "doc.jsonl"), "--window", "16",
+          "--out", str(tmp_path / "out"), "--no-progress"])
+    record = json.loads((tmp_path / "out" / "ppl.json").read_text())
+    assert record["label"] == "tiny@2" and record["model"]["step"] == 2
+    assert record["results"]["num_tokens"] == len("Four score and seven years ago.")
+    assert 1 < record["results"]["perplexity"] < 384 and "tiny@2: ppl" in capsys.readouterr().out
+
+
+def test_presets_grow_their_vocabulary_and_check_the_tokenizer():
+    assert random_model("gla-tiny", overrides={"num_hidden_layers": 1}).model.config.vocab_size == 384
+    with pytest.raises(ValueError, match="tokenizer: it has 384 ids but the model's vocabulary has 256"):
+        random_model("gla-tiny", overrides={"vocab_size": 256, "num_hidden_layers": 1})
+
+
+def test_fla_hook(monkeypatch, tmp_path):
+    monkeypatch.setitem(sys.modules, "ccq_jax.convert", None)  # not installed: a clear error
+    with pytest.raises(ValueError, match="ccq_jax.convert.load_fla_checkpoint"):
+        load_fla(tmp_path)
+    model = random_model("gla-tiny", overrides={"num_hidden_layers": 1}).model
+    convert = types.SimpleNamespace(load_fla_checkpoint=lambda path: (model.config, model))
+    monkeypatch.setitem(sys.modules, "ccq_jax.convert", convert)
+    with pytest.raises(ValueError, match="has no tokenizer.json"):
+        load_fla(tmp_path)
+    bundle = load_fla(tmp_path, tokenizer="byte", overrides={"attn_impl": "recurrent"})
+    assert bundle.model.config.attn_impl == "recurrent" and bundle.info["source"] == "fla"

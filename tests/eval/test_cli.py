@@ -1,0 +1,116 @@
+"""`ccq-eval`: every subcommand end to end on tiny random models (1 layer, tiny lengths), `--ccq off`, errors."""
+
+import json
+
+import pytest
+
+from eval.__main__ import main
+from eval.builtin_text import DECLARATION_OF_INDEPENDENCE, GETTYSBURG_ADDRESS
+from eval.records import read_jsonl, write_jsonl
+from tests.models.conftest import fast_compiles  # noqa: F401  (autouse fixture)
+
+TINY = ["--set", "num_hidden_layers=1", "--no-progress"]
+
+
+@pytest.fixture(scope="module")
+def docs(tmp_path_factory):
+    path = tmp_path_factory.mktemp("docs") / "docs.jsonl"
+    write_jsonl(path, [{"text": GETTYSBURG_ADDRESS}, {"text": DECLARATION_OF_INDEPENDENCE}])
+    return path
+
+
+def _run(command, out, *args):
+    main([command, *args, "--out", str(out), *TINY])
+    return json.loads((out / f"{command.replace('-', '_')}.json").read_text())
+
+
+def _png(path):
+    return path.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_ppl_and_the_ccq_ablation(docs, tmp_path):
+    """--ccq off changes a CCQ model's perplexity and gives exactly the backbone's (same seed, same weights)."""
+    args = ("--data", str(docs), "--limit", "1", "--window", "32", "--batch-size", "4")
+    on = _run("ppl", tmp_path / "on", "--preset", "ccq-gla-tiny", *args)
+    off = _run("ppl", tmp_path / "off", "--preset", "ccq-gla-tiny", "--ccq", "off", *args)
+    backbone = _run("ppl", tmp_path / "gla", "--preset", "gla-tiny", *args)
+    assert on["results"]["num_tokens"] == len(GETTYSBURG_ADDRESS.encode()) and on["results"]["num_documents"] == 1
+    assert off["label"] == "ccq-gla-tiny (CCQ off)" and off["ccq"] == "off"
+    assert abs(on["results"]["nll"] - off["results"]["nll"]) > 1e-3
+    assert off["results"]["nll"] == pytest.approx(backbone["results"]["nll"], rel=1e-6)
+    assert on["model"]["config"]["ccq"]["mode"] == "learned" and on["settings"]["window"] == 32
+
+
+def test_extrapolation_streams_and_plots_with_earlier_curves(docs, tmp_path):
+    args = ("--data", str(docs), "--lengths", "16,48,40", "--chunk-size", "16", "--batch-size", "2")
+    first = _run("extrapolation", tmp_path / "a", "--preset", "ccq-gdn-tiny", *args)
+    second = _run("extrapolation", tmp_path / "b", "--preset", "ccq-gdn-tiny", "--label", "again", *args,
+                  "--compare", str(tmp_path / "a" / "extrapolation.json"))
+    assert list(first["results"]["perplexity"]) == ["16", "40", "48"] and first["results"]["num_sequences"] == 2
+    assert second["results"]["perplexity"] == first["results"]["perplexity"] and second["label"] == "again"
+    assert second["settings"]["compare"] == [str(tmp_path / "a" / "extrapolation.json")]
+    assert _png(tmp_path / "b" / "extrapolation.png")
+
+
+def test_niah(tmp_path):
+    record = _run("niah", tmp_path, "--preset", "ccq-gla-tiny", "--tasks", "niah_single_1,niah_single_3",
+                  "--lengths", "512", "--depths", "0,100", "--num-samples", "1", "--max-new-tokens", "4",
+                  "--batch-size", "2")
+    assert set(record["results"]) == {"niah_single_1", "niah_single_3"}
+    assert record["results"]["niah_single_3"]["by_length_depth"] == {"512": {"0": 0.0, "100": 0.0}}
+    samples = read_jsonl(tmp_path / "niah_single_1.jsonl")
+    assert len(samples) == 2 and all(s["num_tokens"] + 4 <= 512 for s in samples)
+    assert _png(tmp_path / "niah_single_3.png")
+
+
+def test_delta_mu(tmp_path, capsys):
+    record = _run("delta-mu", tmp_path, "--preset", "ccq-gla-tiny", "--length", "512", "--depths", "20,80",
+                  "--num-samples", "1", "--top-k", "4")
+    res = record["results"]
+    assert res["num_prompts"] == 2 and len(res["delta_mu"]) == 1 and len(res["delta_mu"][0]) == 4  # layers x heads
+    assert -1 < res["mean_delta_mu"] < 1 and [p["depth"] for p in res["prompts"]] == [20, 80]
+    assert all(_png(tmp_path / f"delta_mu_{kind}.png") for kind in ("heatmap", "histograms"))
+    assert "mean Delta-mu" in capsys.readouterr().out
+
+
+def test_lm_eval_with_a_local_task(tmp_path):
+    docs = [{"q": "The sky is", "choices": [" blue", " green"], "label": 0},
+            {"q": "Grass is", "choices": [" red", " green"], "label": 1}]
+    write_jsonl(tmp_path / "data.jsonl", docs)
+    (tmp_path / "tasks").mkdir()
+    (tmp_path / "tasks" / "toy.yaml").write_text(
+        "task: toy_mc\ndataset_path: json\ndataset_kwargs:\n  data_files:\n"
+        f"    test: {tmp_path / 'data.jsonl'}\ntest_split: test\noutput_type: multiple_choice\n"
+        'doc_to_text: "{{q}}"\ndoc_to_choice: "{{choices}}"\ndoc_to_target: label\nmetric_list:\n  - metric: acc\n')
+    record = _run("lm-eval", tmp_path, "--preset", "gla-tiny", "--tasks", "toy_mc", "--include-path",
+                  str(tmp_path / "tasks"), "--max-length", "32", "--batch-size", "4")
+    assert record["results"]["results"]["toy_mc"]["acc,none"] in (0.0, 0.5, 1.0)
+
+
+def test_longbench(tmp_path):
+    prompts = {"trec": "{context}\n{input}", "qasper": "{context} Q: {input} A:"}
+    (tmp_path / "dataset2prompt.json").write_text(json.dumps(prompts))
+    (tmp_path / "dataset2maxlen.json").write_text(json.dumps({"trec": 3, "qasper": 5}))
+    write_jsonl(tmp_path / "trec.jsonl", [{"input": "Who?", "context": "Type: Human", "answers": ["Human"],
+                                          "all_classes": ["Human", "Location"], "length": 3, "_id": "t0"}])
+    write_jsonl(tmp_path / "qasper.jsonl", [{"input": f"what is {i}?", "context": "words " * 40, "answers": [str(i)],
+                                            "all_classes": None, "length": 40, "_id": f"q{i}"} for i in range(3)])
+    record = _run("longbench", tmp_path / "out", "--preset", "gla-tiny", "--data-dir", str(tmp_path),
+                  "--datasets", "trec,qasper", "--max-length", "64", "--batch-size", "2")
+    assert set(record["results"]["scores"]) == {"trec", "qasper"} and 0 <= record["results"]["average"] <= 100
+    preds = read_jsonl(tmp_path / "out" / "longbench_pred" / "qasper.jsonl")
+    assert [p["_id"] for p in preds] == ["q0", "q1", "q2"] and all(isinstance(p["pred"], str) for p in preds)
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["ppl", "--data", "x"], "one of the arguments --checkpoint --preset --fla-dir is required"),
+    (["ppl", "--preset", "gla-tiny", "--data", "x", "--ccq", "off"], "--ccq off: the model (gla) has no CCQ read"),
+    (["ppl", "--preset", "gla-tiny", "--data", "x", "--step", "3"], "--step: only used with --checkpoint"),
+    (["niah", "--preset", "gla-tiny", "--lengths", "1k"], "expected comma-separated integers"),
+    (["niah", "--preset", "gla-tiny", "--lengths", "64", "--tasks", "niah_single_4"], "did you mean 'niah_single_3'"),
+    (["longbench", "--preset", "gla-tiny", "--data-dir", "nowhere"], "lacks LongBench's dataset2prompt.json"),
+])
+def test_errors_name_the_argument(argv, message, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main([*argv, *TINY])
+    assert exit_info.value.code == 2 and message in capsys.readouterr().err
