@@ -15,7 +15,6 @@ from ccq_jax.checkpoints import checkpoint_step_dir, load_checkpoint, load_fla, 
 from ccq_jax.tokenizers import ByteTokenizer
 from eval.__main__ import main
 from eval.builtin_text import ESSAY
-from tests.models.conftest import fast_compiles  # noqa: F401  (autouse fixture)
 from tests.train.tiny_run import tiny_config
 from train.loop import train
 

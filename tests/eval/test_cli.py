@@ -7,7 +7,6 @@ import pytest
 from eval.__main__ import main
 from eval.builtin_text import DECLARATION_OF_INDEPENDENCE, GETTYSBURG_ADDRESS
 from eval.records import read_jsonl, write_jsonl
-from tests.models.conftest import fast_compiles  # noqa: F401  (autouse fixture)
 
 TINY = ["--set", "num_hidden_layers=1", "--no-progress"]
 

@@ -11,7 +11,7 @@ from ccq_jax.inference import generate
 from ccq_jax.layers.shapes import split_heads
 from ccq_jax.tokenizers import ByteTokenizer
 from eval.models import ModelRunner, TextTokenizer, bucket
-from tests.models.conftest import build, fast_compiles, token_ids  # noqa: F401  (autouse fixture)
+from tests.models.conftest import build, token_ids
 from tests.ops.conftest import rel_rms
 
 BOS = ByteTokenizer.bos_id
