@@ -83,7 +83,6 @@ def time_fla(family, x, reps):
 
 def _ours_fn(op_name, impl, grad):
     import jax
-    import jax.numpy as jnp
     import ccq_jax.ops as ops
 
     op = getattr(ops, op_name)
@@ -236,7 +235,7 @@ def main():
 
 def print_table(rows):
     fla = {(r["T"], r["family"]): r for r in rows if r["what"].startswith("fla") and "error" not in r}
-    print(f"\n| T | what | fwd ms | fwd+bwd ms | peak GiB | fwd / fla | fwd+bwd / fla |\n|---|---|---|---|---|---|---|")
+    print("\n| T | what | fwd ms | fwd+bwd ms | peak GiB | fwd / fla | fwd+bwd / fla |\n|---|---|---|---|---|---|---|")
     for r in rows:
         if "error" in r:
             print(f"| {r['T']} | {r['what']} | error: {r['error'][:80]} |")

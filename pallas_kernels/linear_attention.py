@@ -282,7 +282,7 @@ def _diagonal_dqk(q_ref, k_ref, g_ref, da_ref, b, h, t0, a, ks, bk):
     i = iota(SUB)
     start = t0 + a * SUB
     rows = pl.ds(start, SUB)
-    q, k, G = tile(q_ref, b, rows, h, ks), tile(k_ref, b, rows, h, ks), g_ref[b, rows, h, ks]
+    G = g_ref[b, rows, h, ks]
     dA = da_ref[b, h, rows, pl.ds(a * SUB, SUB)]
 
     def token(j, carry):

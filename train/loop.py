@@ -6,13 +6,12 @@ run: the train state, the data iterator's position and the step come back from t
 checkpoint, so the losses match an uninterrupted run.
 """
 
+import dataclasses
 import pathlib
 import signal
 import time
 
-import grain
 import jax
-import numpy as np
 import orbax.checkpoint as ocp
 from tqdm import tqdm
 
@@ -79,8 +78,6 @@ def model_config(cfg: TrainConfig, vocab_size: int):
 
 def evaluate(eval_step, params, cfg: TrainConfig, mesh) -> dict:
     """Loss and recall accuracy on `eval_batches` held-out batches (the data config with another seed)."""
-    import dataclasses
-
     held_out = dataclasses.replace(cfg.data, seed=cfg.data.seed + 1_000_003, prefetch_batches=0)
     it = iter(build_pipeline(held_out).dataset)
     totals = {}
