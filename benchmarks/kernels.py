@@ -203,6 +203,7 @@ def main():
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--seqlens", type=int, nargs="+", default=[4096, 16384])
     ap.add_argument("--impls", nargs="+", default=["pallas", "chunk"])
+    ap.add_argument("--families", nargs="+", default=["gla", "gdn"], choices=sorted(SHAPES))
     ap.add_argument("--xla-max-t", type=int, default=4096, help="time impl=chunk only up to this T (slow, large)")
     ap.add_argument("--no-fla", action="store_true")
     ap.add_argument("--reps", type=int, default=20)
@@ -215,7 +216,7 @@ def main():
         return
     rows = []
     for T in a.seqlens:
-        for family in ("gla", "gdn"):
+        for family in a.families:
             x = _inputs(family, a.batch, T)
             for impl in [i for i in a.impls if i != "chunk" or T <= a.xla_max_t]:
                 for op_name in OURS[family]:

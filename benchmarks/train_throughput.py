@@ -2,12 +2,14 @@
 
     PYTHONPATH=. python benchmarks/train_throughput.py --presets gla-1.3b ccq-gla-1.3b --batch 4 --seqlen 4096
 
-Each preset is built with bf16 compute on fp32 parameters (the usual mixed precision),
-initialised in place on a one-device mesh, and trained with the project's own train step
+Each preset is built with bf16 compute on `--param-dtype` parameters (fp32: the usual mixed
+precision; bfloat16: what fla's anchor does, `model.to(torch.bfloat16)` under AdamW), optionally
+with every block rematerialised (`--remat`), initialised in place on a one-device mesh, and trained with the project's own train step
 (`train.step`: AdamW, clipping, the masked LM loss) on random tokens. After `--warmup`
 compiled steps, `--steps` steps are timed end to end (device synchronised). MFU counts 6 N
 FLOPs per token against `--peak-tflops` (dense bf16 of an H100/H200: 989). Results go to
-stdout as a table and, with --out, as JSON lines.
+stdout as a table and, with --out, as JSON lines; a preset that fails (e.g. out of memory) gets
+a row with its error and the others still run.
 """
 
 import argparse
@@ -24,8 +26,8 @@ from train.sharding import MeshConfig, make_mesh
 from train.step import compile_steps, init_state, make_eval_step, make_train_step
 
 
-def measure(preset, batch, seqlen, steps, warmup, peak_tflops, attn_impl):
-    overrides = dict(dtype="bfloat16", param_dtype="float32")
+def measure(preset, batch_size, seqlen, steps, warmup, peak_tflops, attn_impl, param_dtype="float32", remat=False):
+    overrides = dict(dtype="bfloat16", param_dtype=param_dtype, remat=remat)
     if attn_impl and not preset.startswith("transformer"):
         overrides["attn_impl"] = attn_impl
     cfg = get_config(preset, **overrides)
@@ -35,25 +37,31 @@ def measure(preset, batch, seqlen, steps, warmup, peak_tflops, attn_impl):
     train_step, _ = compile_steps(make_train_step(graphdef, others, optimizer, grad_accum=1, skip_nonfinite=False),
                                   make_eval_step(graphdef, others), state, mesh)
     rng = np.random.default_rng(0)
-    ids = rng.integers(0, cfg.vocab_size, (batch, seqlen + 1), dtype=np.int32)
-    data = {"input_ids": ids[:, :-1], "targets": ids[:, 1:], "segment_ids": np.ones((batch, seqlen), np.int32),
-            "loss_mask": np.ones((batch, seqlen), np.int32)}
-    data = jax.device_put({k: jnp.asarray(v) for k, v in data.items()})
-    for _ in range(warmup):
+
+    def batch():  # a fresh random batch for every step (a repeated one is memorised within a few steps)
+        ids = rng.integers(0, cfg.vocab_size, (batch_size, seqlen + 1), dtype=np.int32)
+        data = {"input_ids": ids[:, :-1], "targets": ids[:, 1:], "segment_ids": np.ones((batch_size, seqlen), np.int32),
+                "loss_mask": np.ones((batch_size, seqlen), np.int32)}
+        return jax.device_put({k: jnp.asarray(v) for k, v in data.items()})
+
+    batches = [batch() for _ in range(warmup + steps)]
+    begin = time.perf_counter()
+    for i, data in enumerate(batches[:warmup]):
         state, metrics = train_step(state, data)
-    jax.block_until_ready(metrics)
+        jax.block_until_ready(metrics)
+        print(f"{preset}: warm-up step {i + 1} done after {time.perf_counter() - begin:.1f} s", flush=True)
     start = time.perf_counter()
-    for _ in range(steps):
+    for data in batches[warmup:]:
         state, metrics = train_step(state, data)
     jax.block_until_ready(metrics)
     seconds = (time.perf_counter() - start) / steps
     n = count_params(cfg)
-    tokens_per_s = batch * seqlen / seconds
+    tokens_per_s = batch_size * seqlen / seconds
     stats = jax.local_devices()[0].memory_stats() or {}
     return {"preset": preset, "params_M": n / 1e6, "step_ms": 1e3 * seconds, "tokens_per_s": tokens_per_s,
             "mfu": 6 * n * tokens_per_s / (peak_tflops * 1e12) if peak_tflops else None,
             "peak_GiB": stats.get("peak_bytes_in_use", 0) / 2**30, "loss": float(metrics["loss"]),
-            "attn_impl": attn_impl or "default"}
+            "attn_impl": attn_impl or "default", "param_dtype": param_dtype, "remat": remat}
 
 
 def main(argv=None):
@@ -65,11 +73,17 @@ def main(argv=None):
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--peak-tflops", type=float, default=989.0)
     p.add_argument("--attn-impl", default=None, help="ops impl for the linear models (default: the preset's)")
+    p.add_argument("--param-dtype", default="float32", choices=["float32", "bfloat16"])
+    p.add_argument("--remat", action="store_true", help="recompute each block in the backward pass")
     p.add_argument("--out", default=None)
     a = p.parse_args(argv)
     rows = []
     for preset in a.presets:
-        row = measure(preset, a.batch, a.seqlen, a.steps, a.warmup, a.peak_tflops, a.attn_impl)
+        try:
+            row = measure(preset, a.batch, a.seqlen, a.steps, a.warmup, a.peak_tflops, a.attn_impl, a.param_dtype,
+                          a.remat)
+        except Exception as err:  # report it and go on with the other presets
+            row = {"preset": preset, "error": f"{type(err).__name__}: {str(err)[:300]}"}
         rows.append(row)
         print(json.dumps(row), flush=True)
         if a.out:
@@ -77,6 +91,9 @@ def main(argv=None):
                 f.write(json.dumps(row) + "\n")
     print(f"\n{'preset':16s} {'params':>8s} {'step ms':>9s} {'tokens/s':>10s} {'MFU':>6s} {'peak GiB':>9s}")
     for r in rows:
+        if "error" in r:
+            print(f"{r['preset']:16s} failed: {r['error'][:100]}")
+            continue
         mfu = f"{r['mfu']:.0%}" if r["mfu"] is not None else "-"
         print(f"{r['preset']:16s} {r['params_M']:7.1f}M {r['step_ms']:9.1f} {r['tokens_per_s']:10,.0f} {mfu:>6s} "
               f"{r['peak_GiB']:9.1f}")

@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ccq_jax.ops._common import l2_normalize
+from ccq_jax.ops import l2_normalize
 from eval.plots import heatmap, histograms
 
 

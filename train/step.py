@@ -79,7 +79,7 @@ def make_train_step(graphdef, others, optimizer, *, grad_accum: int, skip_nonfin
         (loss_sum, (tokens, correct, scored), grads), _ = jax.lax.scan(accumulate, zero,
                                                                          _microbatches(batch, grad_accum))
         tokens = jnp.maximum(tokens, 1.0)
-        grads = jax.tree.map(lambda g: g / tokens, grads)
+        grads = jax.tree.map(lambda g: (g / tokens).astype(g.dtype), grads)  # keeps the optimizer state's dtype
         loss = loss_sum / tokens
         updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)

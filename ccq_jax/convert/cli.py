@@ -70,6 +70,8 @@ def _parity_parser():
     parser.add_argument("--seq-len", type=int, default=256)
     parser.add_argument("--seed", type=int, default=0, help="token ids (and --preset weights)")
     parser.add_argument("--device", default="auto", help="the PyTorch side: auto (cuda if available), cpu, cuda")
+    parser.add_argument("--tf32", action="store_true",
+                        help="let fp32 matmuls on a GPU use TF32 on both sides (off: fp32 means IEEE fp32)")
     parser.add_argument("--torch-python", default=None, help="Python with torch and fla (default: this one)")
     parser.add_argument("--save-dir", default=None, help="where --preset writes its checkpoint (default: a temp dir)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="FIELD=VALUE",
@@ -85,7 +87,7 @@ def _run_parity(args, overrides, checkpoint) -> dict:
     from flax import nnx
 
     from ccq_jax.convert import fla, parity
-    from ccq_jax.models import CausalLM, count_params, get_config
+    from ccq_jax.models import CausalLM, count_params, get_config, with_dtype
 
     dtypes = dict(dtype=args.dtype, param_dtype=args.dtype)
     if args.preset:
@@ -97,11 +99,19 @@ def _run_parity(args, overrides, checkpoint) -> dict:
     ids = np.random.default_rng(args.seed).integers(0, config.vocab_size, (args.batch, args.seq_len))
     start = time.perf_counter()
     reference, torch_side = parity.torch_logits(checkpoint, ids, python=args.torch_python, device=args.device,
-                                                dtype=args.dtype)
+                                                dtype=args.dtype, tf32=args.tf32)
     torch_seconds = time.perf_counter() - start
     start = time.perf_counter()
-    ours = np.asarray(nnx.jit(lambda m, x: m(x))(model, jax.numpy.asarray(ids, jax.numpy.int32)))
+    logits = lambda m: np.asarray(nnx.jit(lambda m, x: m(x))(m, jax.numpy.asarray(ids, jax.numpy.int32)))
+    with jax.default_matmul_precision(parity.matmul_precision(args.dtype, args.tf32)):
+        ours = logits(model)
     jax_seconds = time.perf_counter() - start
+    extra = {}
+    if args.dtype != "float32":  # what half precision costs each side: both against our fp32 logits, same weights
+        with jax.default_matmul_precision(parity.matmul_precision("float32", args.tf32)):
+            fp32 = logits(with_dtype(model, "float32"))
+        extra["against_our_fp32"] = {"ours": parity.logit_metrics(ours, fp32),
+                                     "torch": parity.logit_metrics(reference, fp32)}
     return {
         "source": args.checkpoint or f"preset {args.preset} (random init, seed {args.seed})",
         "model": {"family": config.family, "ccq": config.ccq is not None, "layers": config.num_hidden_layers,
@@ -111,7 +121,9 @@ def _run_parity(args, overrides, checkpoint) -> dict:
         "jax_side": {"device": str(jax.devices()[0].device_kind), "jax": jax.__version__,
                      "attn_impl": config.attn_impl, "seconds": round(jax_seconds, 2)},
         "host": platform.node(),
+        "tf32": args.tf32,
         "metrics": parity.logit_metrics(ours, reference),
+        **extra,
     }
 
 
@@ -140,6 +152,9 @@ def parity_main(argv=None) -> None:
                        ("relative RMS", "rel_rms"), ("KL(fla || ours) per token", "kl")):
         print(f"  {label:<28} {m[key]:.3e}")
     print(f"  {'top-1 agreement':<28} {m['top1_agreement']:.4%}")
+    for side, against in record.get("against_our_fp32", {}).items():
+        print(f"  {side} {args.dtype} vs our fp32 logits: relative RMS {against['rel_rms']:.3e}, "
+              f"top-1 {against['top1_agreement']:.2%}")
     if args.json:
         command = ["ccq-parity", *(sys.argv[1:] if argv is None else argv)]
         Path(args.json).write_text(json.dumps({"command": " ".join(command), **record}, indent=2) + "\n")

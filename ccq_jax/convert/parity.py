@@ -2,10 +2,13 @@
 
 `torch_logits` runs `python ccq_jax/torch_reference logits ...` with the given interpreter (one
 with torch and fla; JAX is not needed there) and returns fp32 logits; the process exits before
-ours run, so the two frameworks never share a GPU's memory at the same time.
+ours run, so the two frameworks never share a GPU's memory at the same time. With
+`tf32=False` an fp32 comparison is fp32 on a GPU: Triton's `tl.dot` (fla's kernels) is told to
+use IEEE fp32 (`TRITON_F32_DEFAULT=ieee`), and `matmul_precision` gives JAX's side the same.
 """
 
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -40,15 +43,25 @@ def logit_metrics(ours, reference) -> dict:
     }
 
 
+def matmul_precision(dtype: str, tf32: bool) -> str:
+    """JAX's matmul precision for a comparison in `dtype`: "highest" (IEEE fp32) for fp32 unless TF32 is allowed."""
+    return "highest" if dtype == "float32" and not tf32 else "default"
+
+
 def torch_logits(checkpoint, input_ids, *, python: str | None = None, device: str = "cpu",
-                 dtype: str = "float32") -> tuple[np.ndarray, dict]:
+                 dtype: str = "float32", tf32: bool = False) -> tuple[np.ndarray, dict]:
     """(fp32 logits [B, T, vocab], what the torch side reports: device, torch and fla versions)."""
     with tempfile.TemporaryDirectory() as tmp:
         ids, out = Path(tmp) / "ids.npy", Path(tmp) / "logits.npy"
         np.save(ids, np.asarray(input_ids, np.int64))
         cmd = [python or sys.executable, str(TORCH_SIDE), "logits", "--checkpoint", str(checkpoint), "--ids",
                str(ids), "--out", str(out), "--device", device, "--dtype", dtype]
-        done = subprocess.run(cmd, capture_output=True, text=True)
+        env = dict(os.environ)
+        if not tf32:
+            env["TRITON_F32_DEFAULT"] = "ieee"  # fla's fp32 tl.dot would otherwise round operands to TF32
+        else:
+            cmd.append("--tf32")
+        done = subprocess.run(cmd, capture_output=True, text=True, env=env)
         if done.returncode:
             raise RuntimeError(f"the PyTorch side failed ({' '.join(cmd)}):\n{done.stderr[-4000:]}")
         return np.load(out), json.loads(done.stdout.strip().splitlines()[-1])

@@ -18,7 +18,7 @@ from ccq_jax.layers import _checks as check
 from ccq_jax.layers.cache import KVCache
 from ccq_jax.layers.params import linear
 from ccq_jax.layers.shapes import split_heads
-from ccq_jax.ops._common import doc_ids
+from ccq_jax.ops import doc_ids
 
 
 def attention_head_dim(hidden_size, num_heads, num_kv_heads=None) -> int:

@@ -27,7 +27,7 @@ from ccq_jax.layers.norm import GatedRMSNorm, RMSNorm
 from ccq_jax.layers.params import linear, param
 from ccq_jax.layers.recurrent import RecurrentMixer
 from ccq_jax.layers.shapes import split_heads
-from ccq_jax.ops._common import l2_normalize
+from ccq_jax.ops import l2_normalize
 
 DT_MIN, DT_MAX, DT_FLOOR = 1e-3, 1e-1, 1e-4
 

@@ -18,8 +18,7 @@ import ccq_jax.ops as ops
 from ccq_jax.layers.cache import RecurrentCache
 from ccq_jax.layers.ccq import CCQGate
 from ccq_jax.layers.conv import ShortConvolution
-from ccq_jax.ops import CCQStats
-from ccq_jax.ops._common import doc_ids
+from ccq_jax.ops import CCQStats, doc_ids
 
 
 class RecurrentMixer(nnx.Module):

@@ -13,9 +13,9 @@ from ccq_jax.models.causal_lm import Block, CausalLM
 from ccq_jax.models.config import (
     FAMILIES, GatedDeltaNetConfig, GLAConfig, LinearAttentionConfig, ModelConfig, TransformerConfig, config_from_dict,
 )
-from ccq_jax.models.params import abstract_model, count_params, with_config
+from ccq_jax.models.params import abstract_model, count_params, with_config, with_dtype
 from ccq_jax.models.presets import PRESETS, get_config
 
 __all__ = ["Block", "CCQConfig", "CausalLM", "FAMILIES", "GLAConfig", "GatedDeltaNetConfig", "LinearAttentionConfig",
            "ModelConfig", "PRESETS", "TransformerConfig", "abstract_model", "config_from_dict", "count_params",
-           "get_config", "with_config"]
+           "get_config", "with_config", "with_dtype"]

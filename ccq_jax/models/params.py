@@ -31,3 +31,12 @@ def with_config(model: CausalLM, **overrides) -> CausalLM:
     if jax.tree.structure(abstract_state) != jax.tree.structure(state) or shapes(abstract_state) != shapes(state):
         raise ValueError(f"overrides: {sorted(overrides)} change the model's parameters; build a new model instead")
     return nnx.merge(graphdef, state)
+
+
+def with_dtype(model: CausalLM, dtype: str) -> CausalLM:
+    """A copy of `model` with parameters and compute in `dtype` (e.g. "float32" to compare a bf16 model with
+    its own weights in full precision)."""
+    config = apply_overrides(model.config, {"dtype": dtype, "param_dtype": dtype})
+    graphdef, _ = nnx.split(abstract_model(config))
+    cast = lambda x: x.astype(dtype) if jax.numpy.issubdtype(x.dtype, jax.numpy.floating) else x
+    return nnx.merge(graphdef, jax.tree.map(cast, nnx.state(model)))

@@ -9,15 +9,17 @@ may be bf16 or fp32; states, gate cumsums and statistics are always fp32.
 "chunk": chunkwise-parallel XLA, the default; "scan": `lax.associative_scan`); all three
 agree and are differentiable. `segment_ids [B, T]` marks packed documents: states and
 statistics restart wherever the id changes, and `initial_state` / `initial_stats` apply to
-the document at position 0 only.
+the document at position 0 only. `doc_ids` turns segment ids into the monotone document index
+the ops use; `l2_normalize` is fla's key normalisation (the gated delta rule's `use_qk_l2norm`).
 """
 
 from ccq_jax.ops import _validate as check
 from ccq_jax.ops._dispatch import BACKENDS, check_impl, resolve, takes_chunk_size
-from ccq_jax.ops._common import doc_ids
+from ccq_jax.ops._common import doc_ids, l2_normalize
 from ccq_jax.ops.types import CCQStats
 
-__all__ = ["BACKENDS", "CCQStats", "ccq_gated_delta_rule", "ccq_gla", "ccq_query", "gated_delta_rule", "gla"]
+__all__ = ["BACKENDS", "CCQStats", "ccq_gated_delta_rule", "ccq_gla", "ccq_query", "doc_ids", "gated_delta_rule", "gla",
+           "l2_normalize"]
 
 
 def _options(op, impl, chunk_size):

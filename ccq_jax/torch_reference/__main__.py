@@ -39,12 +39,14 @@ def main(argv=None) -> None:
     logits.add_argument("--out", required=True, help=".npy file for the logits [B, T, vocab] (fp32)")
     logits.add_argument("--device", default="auto", help="auto (cuda if available), cpu or cuda")
     logits.add_argument("--dtype", default="float32", choices=sorted(run.DTYPES))
+    logits.add_argument("--tf32", action="store_true", help="let torch's fp32 matmuls on a GPU use TF32")
     args = parser.parse_args(argv)
     if args.command == "init":
         run.init_checkpoint(json.loads(Path(args.config).read_text()), args.seed, args.out, args.perturb)
     else:
         device = run.resolve_device(args.device)
-        np.save(args.out, run.checkpoint_logits(args.checkpoint, np.load(args.ids), device, args.dtype))
+        np.save(args.out, run.checkpoint_logits(args.checkpoint, np.load(args.ids), device, args.dtype,
+                                                tf32=args.tf32))
         print(json.dumps({"device": device, "dtype": args.dtype, **run.versions()}))
 
 

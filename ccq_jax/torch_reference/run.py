@@ -57,9 +57,11 @@ def versions() -> dict:
     return {"torch": torch.__version__, "fla": importlib.metadata.version("fla-core")}
 
 
-def checkpoint_logits(path, input_ids: np.ndarray, device: str = "cpu", dtype: str = "float32") -> np.ndarray:
+def checkpoint_logits(path, input_ids: np.ndarray, device: str = "cpu", dtype: str = "float32",
+                      tf32: bool = False) -> np.ndarray:
+    """With tf32=False fp32 means fp32 on a GPU for torch's matmuls (Triton's dots: TRITON_F32_DEFAULT=ieee)."""
     device = resolve_device(device)
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False  # fp32 means fp32 on a GPU
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = tf32
     model = load_checkpoint(path, device, dtype)
     ids = torch.as_tensor(np.asarray(input_ids, np.int64), device=device)
     with torch.no_grad(), (cpu_paths() if device == "cpu" else contextlib.nullcontext()):

@@ -36,3 +36,14 @@ def test_ccq_parity_on_a_cpu(preset, overrides, tmp_path, capsys):
     record = json.loads((tmp_path / "parity.json").read_text())
     assert record["torch_side"]["device"] == "cpu" and record["metrics"]["top1_agreement"] == 1.0
     assert "relative RMS" in capsys.readouterr().out
+
+
+def test_bf16_parity_reports_what_half_precision_costs_each_side(tmp_path):
+    parity_main(["--preset", "gla-tiny", "--torch-python", TORCH_PYTHON, "--device", "cpu", "--seq-len", "64",
+                 "--dtype", "bfloat16", "--set", "initializer_range=0.1", "--json", str(tmp_path / "parity.json")])
+    record = json.loads((tmp_path / "parity.json").read_text())
+    against = record["against_our_fp32"]
+    # bf16 moves both sides away from the fp32 logits by about as much as they differ from each other
+    for side in ("ours", "torch"):
+        assert 1e-3 < against[side]["rel_rms"] < 0.1
+    assert record["metrics"]["rel_rms"] < 2 * max(a["rel_rms"] for a in against.values())
