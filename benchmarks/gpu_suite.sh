@@ -1,0 +1,45 @@
+#!/bin/bash
+# The GPU measurements of docs/benchmarks.md and docs/parity.md, one stage per call, on a machine with two GPUs
+# (stages fit a 10-minute limit; ours and fla run on separate GPUs at the same time where both are timed).
+#
+#   bash benchmarks/gpu_suite.sh STAGE OUTDIR     (from the repository root; fla's two wheels in .whl/)
+#
+#   check    GPU 0: the full-size Pallas tests; GPU 1: 1.3B parity, fp32 (IEEE) then bf16, gla beside gdn
+#   kernels  GPU 0: benchmarks/kernels.py (ours, then fla) at T = 4096 and 16384
+#   train    GPU 0: our 1.3B presets, one process each (PRESETS, default all four: about 2.5 minutes each, so
+#            two per call); GPU 1: fla's anchor models() (../shared/anchors/fla_baseline.py, copied to .whl/)
+#
+# fla's Triton autotuning results are cached in $TRITON_CACHE_DIR (default /tmp/tcache), seeded from
+# .whl/tcache.tgz when that exists and written to OUTDIR/tcache.tgz: copy it to .whl/ to skip minutes of
+# autotuning on the next machine (only the *.autotune.json files, a few hundred KB).
+set -u
+STAGE=${1:?usage: gpu_suite.sh check|kernels|train OUTDIR}
+OUT=${2:?usage: gpu_suite.sh check|kernels|train OUTDIR}
+mkdir -p "$OUT"
+python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
+export PYTHONPATH=$PWD:/tmp/site PYTHONUNBUFFERED=1 TRITON_CACHE_AUTOTUNING=1
+export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-/tmp/tcache} XLA_PYTHON_CLIENT_PREALLOCATE=false
+mkdir -p "$TRITON_CACHE_DIR" && [ -f .whl/tcache.tgz ] && tar xzf .whl/tcache.tgz -C "$TRITON_CACHE_DIR"
+on() { local gpu=$1; shift; CUDA_VISIBLE_DEVICES=$gpu "$@"; }
+
+case $STAGE in
+check)
+  on 0 python3 -m pytest -m gpu tests/pallas/test_gpu.py -q -p no:cacheprovider > "$OUT/gpu_tests.log" 2>&1 &
+  for preset in gla-1.3b gdn-1.3b; do ( for dtype in float32 bfloat16; do
+    on 1 python3 -m ccq_jax.convert parity --preset $preset --dtype $dtype --seq-len 512 \
+      --json "$OUT/parity-$preset-$dtype.json" > "$OUT/parity-$preset-$dtype.log" 2>&1
+  done ) & done
+  wait; tail -3 "$OUT/gpu_tests.log"; for f in "$OUT"/parity-*.log; do echo "$f"; tail -7 "$f"; done ;;
+kernels)
+  on 0 python3 benchmarks/kernels.py --seqlens 4096 16384 --impls pallas --out "$OUT/kernels.json" ;;
+train)
+  ( cd .whl && on 1 python3 -c "import json, fla_baseline as f; r = {}; f.models(4, 4096, r); print(json.dumps(r))" \
+      > "$OUT/fla_models.log" 2>&1 ) &
+  for preset in ${PRESETS:-ccq-gla-1.3b gla-1.3b ccq-gdn-1.3b gdn-1.3b}; do
+    on 0 python3 benchmarks/train_throughput.py --presets $preset --attn-impl pallas --param-dtype bfloat16 \
+      --out "$OUT/train.jsonl" 2>&1 | tail -1
+  done
+  wait; tail -1 "$OUT/fla_models.log" ;;
+*) echo "unknown stage $STAGE (check, kernels, train)"; exit 2 ;;
+esac
+(cd "$TRITON_CACHE_DIR" && find . -name "*.autotune.json" -print0 | tar czf "$OUT/tcache.tgz" --null -T -)
