@@ -57,10 +57,10 @@ def torch_logits(checkpoint, input_ids, *, python: str | None = None, device: st
         cmd = [python or sys.executable, str(TORCH_SIDE), "logits", "--checkpoint", str(checkpoint), "--ids",
                str(ids), "--out", str(out), "--device", device, "--dtype", dtype]
         env = dict(os.environ)
-        if not tf32:
-            env["TRITON_F32_DEFAULT"] = "ieee"  # fla's fp32 tl.dot would otherwise round operands to TF32
-        else:
+        if tf32:
             cmd.append("--tf32")
+        elif dtype == "float32":
+            env["TRITON_F32_DEFAULT"] = "ieee"  # fla's fp32 tl.dot would otherwise round operands to TF32
         done = subprocess.run(cmd, capture_output=True, text=True, env=env)
         if done.returncode:
             raise RuntimeError(f"the PyTorch side failed ({' '.join(cmd)}):\n{done.stderr[-4000:]}")

@@ -9,8 +9,27 @@ import pytest
 from ccq_jax.convert import load_fla_checkpoint
 from ccq_jax.convert.cli import convert_main, parity_main
 from ccq_jax.convert.files import read_state_dict
+from ccq_jax.convert import parity
 from ccq_jax.convert.parity import logit_metrics
 from tests.convert.conftest import FIXTURES, assert_same_params
+
+
+@pytest.mark.parametrize("dtype,tf32,ieee,highest", [("float32", False, True, True), ("float32", True, False, False),
+                                                     ("bfloat16", False, False, False)])
+def test_fp32_parity_asks_both_sides_for_ieee_fp32(dtype, tf32, ieee, highest, monkeypatch, tmp_path):
+    seen = {}
+
+    def fake_run(cmd, capture_output, text, env):  # the PyTorch side, as the child process would answer
+        seen.update(cmd=cmd, env=env)
+        np.save(cmd[cmd.index("--out") + 1], np.zeros((1, 2, 3), np.float32))
+        return type("Done", (), {"returncode": 0, "stdout": '{"device": "cuda"}\n', "stderr": ""})()
+
+    monkeypatch.setattr(parity.subprocess, "run", fake_run)
+    monkeypatch.delenv("TRITON_F32_DEFAULT", raising=False)
+    logits, info = parity.torch_logits(tmp_path, np.zeros((1, 2)), device="cuda", dtype=dtype, tf32=tf32)
+    assert logits.shape == (1, 2, 3) and info == {"device": "cuda"}
+    assert (seen["env"].get("TRITON_F32_DEFAULT") == "ieee") == ieee and ("--tf32" in seen["cmd"]) == tf32
+    assert (parity.matmul_precision(dtype, tf32) == "highest") == highest
 
 
 def test_logit_metrics():
