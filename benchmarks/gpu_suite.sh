@@ -6,8 +6,9 @@
 #
 #   check    GPU 0: the full-size Pallas tests; GPU 1: 1.3B parity, fp32 (IEEE) then bf16, gla beside gdn
 #   kernels  GPU 0: benchmarks/kernels.py (ours, then fla) at T = 4096 and 16384
-#   train    GPU 0: our 1.3B presets, one process each (PRESETS, default all four: about 2.5 minutes each, so
-#            two per call); GPU 1: fla's anchor models() (../shared/anchors/fla_baseline.py, copied to .whl/)
+#   train    GPU 0: our 1.3B presets, one process each, about 2.5 minutes apiece, so two per call (PRESETS,
+#            default "ccq-gla-1.3b gla-1.3b"; then PRESETS="ccq-gdn-1.3b gdn-1.3b"); GPU 1: fla's anchor
+#            models() (../shared/anchors/fla_baseline.py, copied to .whl/)
 #
 # fla's Triton autotuning results are cached in $TRITON_CACHE_DIR (default /tmp/tcache), seeded from
 # .whl/tcache.tgz when that exists and written to OUTDIR/tcache.tgz: copy it to .whl/ to skip minutes of
@@ -35,7 +36,7 @@ kernels)
 train)
   ( cd .whl && on 1 python3 -c "import json, fla_baseline as f; r = {}; f.models(4, 4096, r); print(json.dumps(r))" \
       > "$OUT/fla_models.log" 2>&1 ) &
-  for preset in ${PRESETS:-ccq-gla-1.3b gla-1.3b ccq-gdn-1.3b gdn-1.3b}; do
+  for preset in ${PRESETS:-ccq-gla-1.3b gla-1.3b}; do
     on 0 python3 benchmarks/train_throughput.py --presets $preset --attn-impl pallas --param-dtype bfloat16 \
       --out "$OUT/train.jsonl" 2>&1 | tail -1
   done

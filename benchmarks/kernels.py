@@ -9,8 +9,9 @@ Run on the GPU machine, with fla's wheels installed there (docs/benchmarks.md sa
 Shapes follow fla's 1.3B configs (B = 4, bf16 q/k/v, fp32 gates): GLA H=4, K=256, V=512;
 Gated DeltaNet H=6, K=256, V=512. "fwd+bwd" is the forward pass plus the gradients of every
 input. Times are per call: fla's by `triton.testing.do_bench` (CUDA events), ours by the
-wall clock over `--reps` calls queued back to back (one wait at the end, median of 5 rounds); peak memory is XLA's compiled buffer total (arguments, outputs,
-temporaries) for JAX and `torch.cuda.max_memory_allocated` for fla, inputs included.
+wall clock over `--reps` calls queued back to back (one wait at the end, median of 5 rounds);
+peak memory is XLA's compiled buffer total (arguments, outputs, temporaries) for JAX and
+`torch.cuda.max_memory_allocated` for fla, inputs included.
 fla refuses its Gated DeltaNet backward on Hopper (wrong gated dq/dk with this Triton,
 fla issue #640); the guard is lifted to time it, so its gradients here are not trustworthy.
 """
@@ -137,8 +138,6 @@ def _time_queued(fn, args, reps, rounds=5):
 
 def breakdown(B, T, reps, configs):
     """Times each kernel of the GLA and gated-delta-rule passes alone, for several (tile width, warps) settings."""
-    import functools
-
     import jax
     import jax.numpy as jnp
 
@@ -154,15 +153,19 @@ def breakdown(B, T, reps, configs):
             return float("nan")
         return _time_queued(fn, args, reps)
 
+    def launch_with(warps):  # overrides the kernels' own num_warps too, so the column says what ran
+        return lambda *args, **kw: _tiles.launch(*args, **{**kw, "num_warps": warps})
+
+    C = 64
+    bf = lambda a: jnp.asarray(a, jnp.bfloat16)
+    jit = jax.jit
     rows = []
     for width, warps in configs:
         for mod in (la, delta_rule):
             mod.block = lambda d, cap=None, w=width: min(d, w)
-            mod.launch = functools.partial(_tiles.launch, num_warps=warps)
+            mod.launch = launch_with(warps)
         for family in ("gla", "gdn"):
             x = _inputs(family, B, T)
-            C = 64
-            bf = lambda a: jnp.asarray(a, jnp.bfloat16)
             q, k, v, do = bf(x["q"]), bf(x["k"]), bf(x["v"]), bf(x["do"])
             lay = backend._layout(jnp.zeros((B, T), jnp.int32), C)
             gate = "channel" if family == "gla" else "head"
@@ -170,10 +173,10 @@ def breakdown(B, T, reps, configs):
             H, K, V = q.shape[2], q.shape[3], v.shape[3]
             h0 = jnp.zeros((B, H, K, V), jnp.float32)
             kw = dict(chunk=C, interpret=backend._interpret())
-            jit = lambda f: jax.jit(f)
-            A = jit(lambda q, k, G: la.intra_scores(q, k, G, lay.dd, gate=gate, **kw))(q, k, G)
-            t = {"intra_scores": run(jit(lambda q, k, G: la.intra_scores(q, k, G, lay.dd, gate=gate, **kw)), q, k, G)}
-            states = jnp.zeros((B, H, T // C, K, V), jnp.float32)
+            scores = jit(lambda q, k, G: la.intra_scores(q, k, G, lay.dd, gate=gate, **kw))
+            A = scores(q, k, G)
+            t = {"intra_scores": run(scores, q, k, G)}
+            states = jnp.zeros((B, T // C, H, K, V), jnp.float32)  # the kernels' [B, N, H, K, V]
             t["chunk_out"] = run(jit(lambda q, G, S, A, v: la.chunk_out(
                 q, G, lay.reads, S, A, v, gate=gate, side="read", transpose_scores=False, s_inter=1.0, s_intra=1.0,
                 out_dtype=jnp.bfloat16, **kw)), q, G, states, A, v)

@@ -4,12 +4,12 @@
 
 Each preset is built with bf16 compute on `--param-dtype` parameters (fp32: the usual mixed
 precision; bfloat16: what fla's anchor does, `model.to(torch.bfloat16)` under AdamW), optionally
-with every block rematerialised (`--remat`), initialised in place on a one-device mesh, and trained with the project's own train step
-(`train.step`: AdamW, clipping, the masked LM loss) on random tokens. After `--warmup`
-compiled steps, `--steps` steps are timed end to end (device synchronised). MFU counts 6 N
-FLOPs per token against `--peak-tflops` (dense bf16 of an H100/H200: 989). Results go to
-stdout as a table and, with --out, as JSON lines; a preset that fails (e.g. out of memory) gets
-a row with its error and the others still run.
+with every block rematerialised (`--remat`), initialised in place on a one-device mesh, and
+trained with the project's own train step (`train.step`: AdamW, clipping, the masked LM loss) on
+a fresh batch of random tokens per step. After `--warmup` compiled steps, `--steps` steps are
+timed end to end (device synchronised). MFU counts 6 N FLOPs per token against `--peak-tflops`
+(dense bf16 of an H100/H200: 989). Results go to stdout as a table and, with --out, as JSON
+lines; a preset that fails (e.g. out of memory) gets a row with its error and the others still run.
 """
 
 import argparse
@@ -38,7 +38,7 @@ def measure(preset, batch_size, seqlen, steps, warmup, peak_tflops, attn_impl, p
                                   make_eval_step(graphdef, others), state, mesh)
     rng = np.random.default_rng(0)
 
-    def batch():  # a fresh random batch for every step (a repeated one is memorised within a few steps)
+    def batch():  # fresh for every step: a repeated batch is memorised within a few steps
         ids = rng.integers(0, cfg.vocab_size, (batch_size, seqlen + 1), dtype=np.int32)
         data = {"input_ids": ids[:, :-1], "targets": ids[:, 1:], "segment_ids": np.ones((batch_size, seqlen), np.int32),
                 "loss_mask": np.ones((batch_size, seqlen), np.int32)}

@@ -19,6 +19,7 @@ table is printed.
 import argparse
 import sys
 
+from ccq_jax import checks as check
 from ccq_jax.configlib import parse_overrides
 from eval.commands import COMMANDS
 from eval.runs import run_command
@@ -61,8 +62,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     try:
         args.overrides = parse_overrides(args.overrides)
-        if args.batch_size < 1:
-            raise ValueError(f"--batch-size: expected an integer >= 1, got {args.batch_size}")
+        check.integer("--batch-size", args.batch_size, minimum=1)
         run_command(args.command, COMMANDS[args.command], args)
     except ValueError as err:
         parser.error(str(err))

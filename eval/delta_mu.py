@@ -1,7 +1,7 @@
 """Delta-mu: how far the needle's key lies from the principal subspace of the key covariance (CCQ paper).
 
 For one prompt, layer and head, with the query at position t:
-- keys are L2-normalised (`ccq_jax.ops._common.l2_normalize`, the CCQ read's convention) and
+- keys are L2-normalised (`ccq_jax.ops.ccq_keys`, the CCQ read's convention) and
   Sigma_t = (1/n) sum_{j<=t} k^_j k^_j^T - mu mu^T, mu = (1/n) sum_{j<=t} k^_j, n = t + 1
   (the covariance the CCQ read contracts the query with; `centered=False` drops mu mu^T);
 - P is the projector on the eigenvectors of Sigma_t with the `top_k` largest eigenvalues;
@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ccq_jax.ops import l2_normalize
+from ccq_jax.ops import ccq_keys
 from eval.plots import heatmap, histograms
 
 
@@ -46,7 +46,7 @@ def key_alignment(keys, query_position: int, *, top_k: int = 16, centered: bool 
         raise ValueError(f"query_position: expected an index in [0, {t}), got {query_position}")
     if not 1 <= top_k < k_dim:
         raise ValueError(f"top_k: expected 1 <= top_k < K={k_dim} (else every key lies in the subspace), got {top_k}")
-    k_hat = l2_normalize(keys[: query_position + 1].astype(jnp.promote_types(keys.dtype, jnp.float32)))
+    k_hat = ccq_keys(keys[: query_position + 1], normalize_keys=True)
     _, vecs = jnp.linalg.eigh(_sigma(k_hat, centered))  # eigenvalues ascending
     basis = vecs[..., -top_k:]  # [H, K, top_k]
     energy_in = jnp.sum(jnp.einsum("thk,hkr->htr", k_hat, basis, precision="highest") ** 2, axis=-1)
@@ -153,12 +153,12 @@ def plot_heatmap(summary: dict, path, *, title: str = "Delta-mu (needle - distra
     )
 
 
-def plot_histograms(results: Sequence[DeltaMu], path, *, layers: Sequence[int] | None = None):
+def plot_histograms(results: Sequence[DeltaMu], path):
     """PNG with one panel per layer: histogram of distractor alignments (mean over heads, pooled over prompts)
     and a line at each prompt's needle alignment."""
     num_layers = results[0].per_token.shape[0]
     panels = {}
-    for layer in layers if layers is not None else range(num_layers):
+    for layer in range(num_layers):
         bulk = np.concatenate([r.per_token[layer].mean(axis=0)[~r.needle_mask] for r in results])
         marked = [float(r.per_token[layer].mean(axis=0)[r.needle_mask].mean()) for r in results]
         panels[f"layer {layer}"] = (bulk, marked)

@@ -25,6 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from ccq_jax import checks as check
 from ccq_jax.inference import generate, init_cache, prefill
 from ccq_jax.layers.recurrent import RecurrentMixer
 
@@ -70,8 +71,7 @@ def _captured_keys(graphdef, state, ids):
 class ModelRunner:
     def __init__(self, model, *, prefix=(), batch_size: int = 1, max_length: int = 4096):
         """max_length: slots of a Transformer's KV cache for `init_carry` (prefix + all tokens stepped through)."""
-        if batch_size < 1:
-            raise ValueError(f"batch_size: expected an integer >= 1, got {batch_size}")
+        check.integer("batch_size", batch_size, minimum=1)
         self.model, self.prefix = model, [int(t) for t in prefix]
         self.batch_size, self.max_length = batch_size, max_length
         self._graphdef, self._state = nnx.split(model)

@@ -56,15 +56,14 @@ KEYS = sorted(f"{a}-{n}" for a in ADJECTIVES for n in NOUNS)
 
 @dataclass(frozen=True)
 class NiahTask:
-    name: str
     haystack: str  # "noise" | "essay"
     type_needle_v: str  # "numbers" | "uuids"
 
 
 TASKS = {
-    "niah_single_1": NiahTask("niah_single_1", "noise", "numbers"),
-    "niah_single_2": NiahTask("niah_single_2", "essay", "numbers"),
-    "niah_single_3": NiahTask("niah_single_3", "essay", "uuids"),
+    "niah_single_1": NiahTask("noise", "numbers"),
+    "niah_single_2": NiahTask("essay", "numbers"),
+    "niah_single_3": NiahTask("essay", "uuids"),
 }
 
 

@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 from tqdm.auto import tqdm
 
+from ccq_jax import checks as check
 from eval.plots import line_plot
 from eval.protocols import InitCarry, LogitsFn, StepFn
 from eval.token_scores import target_logprobs
@@ -62,8 +63,7 @@ def rolling_windows(num_tokens: int, window: int, stride: int) -> list[Window]:
     """The windows that score every target 1..num_tokens-1 exactly once (see the module docstring)."""
     if num_tokens < 2:
         raise ValueError(f"num_tokens: need at least 2 tokens to score one, got {num_tokens}")
-    if window < 2:
-        raise ValueError(f"window: expected an integer >= 2, got {window}")
+    check.integer("window", window, minimum=2)
     if not 1 <= stride < window:
         raise ValueError(f"stride: expected 1 <= stride < window={window}, got {stride}")
     windows, scored_to = [], 1
@@ -102,8 +102,7 @@ def windowed_perplexity(
     tokens = np.asarray(token_ids, dtype=np.int64).reshape(-1)
     if bos_id is not None:
         tokens = np.concatenate([[bos_id], tokens])
-    if batch_size < 1:
-        raise ValueError(f"batch_size: expected an integer >= 1, got {batch_size}")
+    check.integer("batch_size", batch_size, minimum=1)
     windows = rolling_windows(len(tokens), window, stride)
     nll, count = 0.0, 0
     for group in tqdm(list(_batches(windows, batch_size)), desc="perplexity", disable=not progress):
@@ -186,8 +185,7 @@ def fixed_length_sequences(token_docs, length: int, *, pack: bool = False) -> np
     documents, the usual extrapolation setting); pack=True: the documents concatenated and cut
     into consecutive pieces of `length` (the remainder dropped).
     """
-    if length < 2:
-        raise ValueError(f"length: expected an integer >= 2, got {length}")
+    check.integer("length", length, minimum=2)
     if pack:
         stream = np.concatenate([np.asarray(d, np.int32).reshape(-1) for d in token_docs] or [np.zeros(0, np.int32)])
         rows = stream[: len(stream) // length * length].reshape(-1, length)

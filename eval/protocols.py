@@ -15,7 +15,7 @@ converted fla checkpoint or a toy function in a test plug in the same way:
 """
 
 from collections.abc import Callable
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -25,7 +25,6 @@ InitCarry = Callable[[int], Any]
 GenerateFn = Callable[[list[list[int]], int], list[list[int]]]
 
 
-@runtime_checkable
 class Tokenizer(Protocol):
     eos_id: int
     vocab_size: int

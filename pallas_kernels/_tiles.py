@@ -70,10 +70,12 @@ def gate_tile(g_ref, mode, b, rows, h, cols):
 
 
 def gate_row(g_ref, mode, b, t, h, cols):
-    """G at one position t: [BK] per channel, [1] per head."""
+    """G at one position t: [BK] per channel, [1] per head, None without gates."""
     if mode == "channel":
         return g_ref[b, t, h, cols]
-    return g_ref[b, pl.ds(t, 1), h]
+    if mode == "head":
+        return g_ref[b, pl.ds(t, 1), h]
+    return None
 
 
 def from_start(G, mask):

@@ -130,7 +130,7 @@ def chunk_states(x, y, g, mask, keep, h0, *, chunk, gate, side, reverse=False, s
             if hs_ref is not None:
                 hs_ref[b, n, h, ks, vs] = S.astype(hs_ref.dtype)
             G = gate_tile(g_ref, gate, b, rows, h, ks)
-            G_last = gate_row(g_ref, gate, b, t0 + chunk - 1, h, ks) if gate else None
+            G_last = gate_row(g_ref, gate, b, t0 + chunk - 1, h, ks)
             m = m_ref[b, rows]
             f = to_end(G, G_last, m) if side == "write" else from_start(G, m)
             xe = (tile(x_ref, b, rows, h, ks) * f).astype(x_ref.dtype)
@@ -177,7 +177,7 @@ def chunk_out(x, g, mask, states, scores, y, *, chunk, gate, side, transpose_sco
                 ks = pl.ds(kt * bk, bk)
                 G = gate_tile(g_ref, gate, b, rows, h, ks)
                 if side == "write":
-                    f = to_end(G, gate_row(g_ref, gate, b, t0 + chunk - 1, h, ks) if gate else None, m)
+                    f = to_end(G, gate_row(g_ref, gate, b, t0 + chunk - 1, h, ks), m)
                 else:
                     f = from_start(G, m)
                 xe = (tile(x_ref, b, rows, h, ks) * f).astype(x_ref.dtype)
@@ -240,7 +240,7 @@ def chunk_dqk(q, k, v, do, g, reads, writes, keep, dd, states, dstates, dscores,
             if gate:
                 dgl += jnp.sum(S * dS, axis=1)
         G = gate_tile(g_ref, gate, b, rows, h, ks)
-        G_last = gate_row(g_ref, gate, b, t0 + chunk - 1, h, ks) if gate else None
+        G_last = gate_row(g_ref, gate, b, t0 + chunk - 1, h, ks)
         dq = dq * (scale * from_start(G, r_ref[b, rows]))
         dk_ = dk_ * to_end(G, G_last, w_ref[b, rows])
         qf, kf = tile(q_ref, b, rows, h, ks), tile(k_ref, b, rows, h, ks)

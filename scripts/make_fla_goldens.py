@@ -17,7 +17,6 @@ and run by fla / the CCQ reference, which checks the way back.
 
 import argparse
 import json
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -30,7 +29,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from ccq_jax.convert import load_fla_checkpoint, save_fla_checkpoint  # noqa: E402
-from ccq_jax.convert.parity import TORCH_SIDE, logit_metrics, torch_logits  # noqa: E402
+from ccq_jax.convert.files import write_json  # noqa: E402
+from ccq_jax.convert.parity import logit_metrics, run_torch_side, torch_logits  # noqa: E402
 from ccq_jax.models import CausalLM, get_config  # noqa: E402
 
 BATCH, LENGTH, SEED = 2, 40, 0
@@ -61,11 +61,8 @@ def _fla_init(config: dict, folder: Path, python: str) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         config_file = Path(tmp) / "config.json"
         config_file.write_text(json.dumps(config))
-        cmd = [python, str(TORCH_SIDE), "init", "--config", str(config_file), "--out", str(folder),
-               "--seed", str(SEED), "--perturb", str(PERTURB)]
-        done = subprocess.run(cmd, capture_output=True, text=True)
-        if done.returncode:
-            raise RuntimeError(f"{' '.join(cmd)} failed:\n{done.stderr[-4000:]}")
+        run_torch_side(python, "init", "--config", str(config_file), "--out", str(folder), "--seed", str(SEED),
+                       "--perturb", str(PERTURB))
     (folder / "generation_config.json").unlink(missing_ok=True)  # not needed to rebuild the model
 
 
@@ -95,7 +92,7 @@ def make_case(name: str, folder: Path, python: str) -> dict:
     _, model = load_fla_checkpoint(folder, chunk_size=16)
     metrics = logit_metrics(model(jnp.asarray(ids, jnp.int32)), logits)
     record = {"made_by": made, "torch_side": torch_side, "ours_at_generation": metrics}
-    (folder / "golden.json").write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+    write_json(folder / "golden.json", record)
     return metrics
 
 

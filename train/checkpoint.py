@@ -33,23 +33,15 @@ class Checkpointer:
         )
 
     def restore(self, step: int, abstract_state, data_iterator):
-        """(state, config) of `step`, and `data_iterator` moved to where it was.
-
-        `abstract_state` gives the shapes, dtypes and shardings to restore into.
+        """The state of `step`, with `data_iterator` moved to where it was (the saved config is read by
+        `ccq_jax.checkpoints`). `abstract_state` gives the shapes, dtypes and shardings to restore into.
         """
         out = self.manager.restore(
             step,
             args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract_state),
-                                    data=grain.checkpoint.CheckpointRestore(data_iterator),
-                                    config=ocp.args.JsonRestore()),
+                                    data=grain.checkpoint.CheckpointRestore(data_iterator)),
         )
-        return out.state, out.config
-
-    def restore_config(self, step: int) -> dict:
-        return self.manager.restore(step, args=ocp.args.Composite(config=ocp.args.JsonRestore())).config
-
-    def wait(self):
-        self.manager.wait_until_finished()
+        return out.state
 
     def close(self):
         self.manager.wait_until_finished()

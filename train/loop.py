@@ -115,7 +115,7 @@ def _train(cfg: TrainConfig, workdir: pathlib.Path, progress: bool, preempted: _
     ckpt = Checkpointer(workdir / "checkpoints", max_to_keep=cfg.keep_checkpoints, async_save=cfg.async_checkpoint)
     if ckpt.latest_step() is not None:
         abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, state)
-        state, _ = ckpt.restore(ckpt.latest_step(), abstract, it)
+        state = ckpt.restore(ckpt.latest_step(), abstract, it)
     start = int(state.step)
     main_process = jax.process_index() == 0
     if main_process:

@@ -9,6 +9,8 @@ from typing import Literal
 import jax
 import optax
 
+from ccq_jax import configlib
+
 # Parameter paths (joined with '/') that never get weight decay.
 NO_DECAY = re.compile(r"(norm|bias|A_log|dt_bias|lam_bias)", re.IGNORECASE)
 
@@ -27,6 +29,7 @@ class OptimConfig:
     grad_clip: float = 1.0  # global norm; 0 disables
 
     def __post_init__(self):
+        configlib.check_field_types(self, "optim.")
         if not self.lr > 0:
             raise ValueError(f"optim.lr: expected > 0, got {self.lr}")
         if not 0 <= self.min_lr_ratio <= 1:

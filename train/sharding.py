@@ -15,6 +15,8 @@ import numpy as np
 from flax import nnx
 from jax.sharding import NamedSharding, PartitionSpec
 
+from ccq_jax import configlib
+
 MESH_AXES = ("data", "fsdp", "tensor")
 BATCH_AXES = ("data", "fsdp")
 
@@ -39,6 +41,7 @@ class MeshConfig:
     tensor: int = 1
 
     def __post_init__(self):
+        configlib.check_field_types(self, "mesh.")
         sizes = dataclasses.astuple(self)
         if any(s == 0 or s < -1 for s in sizes):
             raise ValueError(f"mesh: axis sizes must be positive or -1, got {dict(zip(MESH_AXES, sizes))}")

@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import optax
 from flax import nnx
 
-from ccq_jax.models import CausalLM
+from ccq_jax.models import CausalLM, abstract_model
 from train.data.recall import recall_counts
 from train.sharding import batch_sharding, replicated, state_shardings
 
@@ -35,7 +35,7 @@ def init_state(model_cfg, optimizer, mesh, seed: int):
 
     Returns (graphdef, others, state).
     """
-    abstract = nnx.eval_shape(lambda: CausalLM(model_cfg, rngs=nnx.Rngs(seed)))
+    abstract = abstract_model(model_cfg)
     graphdef, abstract_params, abstract_others = split_model(abstract)
     shardings = (state_shardings(abstract_params, mesh), state_shardings(abstract_others, mesh))
 

@@ -8,7 +8,7 @@ and returns a `GLAConfig` / `GatedDeltaNetConfig`. Every field is one of:
 - required: a value fla supports but ccq-jax does not compute differently (`hidden_act` must be
   "swish", `feature_map` null, hybrid `attn` layers and `attnres_block_size` absent, ...);
 - ignored: it does not change the logits (token ids, kernel choices, fused losses, HF bookkeeping;
-  `fuse_norm` only renames GLA's output norm, see `ccq_jax.convert.params`).
+  `fuse_norm` only renames GLA's output norm, see `ccq_jax.convert.fla`).
 Anything else raises a ValueError naming the field (with the closest known name); a required
 field with another value raises a ValueError naming field, value and what is supported.
 Missing fields take fla's defaults, which are ccq-jax's defaults.
@@ -18,11 +18,12 @@ what fla cannot express (the Transformer family, GLA's `gate_low_rank_dim` /
 `gate_logit_normalizer` other than fla's fixed 16) raises a ValueError.
 """
 
+import typing
 from typing import Any, Mapping
 
 from ccq_jax import configlib
 from ccq_jax.layers.ccq import CCQConfig
-from ccq_jax.models.config import GatedDeltaNetConfig, GLAConfig, ModelConfig
+from ccq_jax.models.config import DType, GatedDeltaNetConfig, GLAConfig, ModelConfig
 
 COMMON = ("vocab_size", "hidden_size", "num_hidden_layers", "num_heads", "hidden_ratio", "intermediate_size",
           "norm_eps", "initializer_range", "tie_word_embeddings", "use_short_conv", "conv_size")
@@ -39,7 +40,7 @@ IGNORED = {"model_type", "architectures", "transformers_version", "_name_or_path
            "use_cache", "bos_token_id", "eos_token_id", "pad_token_id", "max_position_embeddings", "attn_mode",
            "fuse_norm", "fuse_swiglu", "fuse_cross_entropy", "fuse_linear_cross_entropy", "use_l2warp",
            "output_attentions", "output_hidden_states", "return_dict", "use_gk", "use_gv"}
-DTYPES = ("float32", "bfloat16", "float16")
+DTYPES = typing.get_args(DType)
 
 # model_type -> (config class, whether it carries CCQ, fla / reference architecture)
 MODEL_TYPES = {

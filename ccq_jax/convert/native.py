@@ -24,9 +24,9 @@ def save_model(model: CausalLM, path, *, progress: bool = False) -> None:
               metadata={"format": "ccq-jax"})
 
 
-def load_model(path, *, progress: bool = False, **overrides) -> tuple[ModelConfig, CausalLM]:
-    """(config, model) of a folder written by `save_model`; `overrides` replace config fields."""
+def load_model(path, *, progress: bool = False) -> tuple[ModelConfig, CausalLM]:
+    """(config, model) of a folder written by `save_model`."""
     folder = Path(path)
-    config = config_from_dict({**files.read_json(folder / files.CONFIG), **overrides})
+    config = config_from_dict(files.read_json(folder / files.CONFIG))
     state_dict = files.read_safetensors(folder / PARAMS)
     return config, from_state_dict(config, state_dict, rules=native_rules, progress=progress)

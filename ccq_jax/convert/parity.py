@@ -43,9 +43,23 @@ def logit_metrics(ours, reference) -> dict:
     }
 
 
+def _ieee_fp32(dtype: str, tf32: bool) -> bool:
+    """Whether a comparison in `dtype` asks both sides for IEEE fp32 matmuls: fp32 unless TF32 is allowed."""
+    return dtype == "float32" and not tf32
+
+
 def matmul_precision(dtype: str, tf32: bool) -> str:
-    """JAX's matmul precision for a comparison in `dtype`: "highest" (IEEE fp32) for fp32 unless TF32 is allowed."""
-    return "highest" if dtype == "float32" and not tf32 else "default"
+    """JAX's matmul precision for a comparison in `dtype`: "highest" (IEEE fp32) or XLA's default."""
+    return "highest" if _ieee_fp32(dtype, tf32) else "default"
+
+
+def run_torch_side(python: str | None, *args: str, env: dict | None = None) -> str:
+    """`python ccq_jax/torch_reference ARGS...` in a child process; its stdout, or RuntimeError with its stderr."""
+    cmd = [python or sys.executable, str(TORCH_SIDE), *args]
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if done.returncode:
+        raise RuntimeError(f"the PyTorch side failed ({' '.join(cmd)}):\n{done.stderr[-4000:]}")
+    return done.stdout
 
 
 def torch_logits(checkpoint, input_ids, *, python: str | None = None, device: str = "cpu",
@@ -54,14 +68,10 @@ def torch_logits(checkpoint, input_ids, *, python: str | None = None, device: st
     with tempfile.TemporaryDirectory() as tmp:
         ids, out = Path(tmp) / "ids.npy", Path(tmp) / "logits.npy"
         np.save(ids, np.asarray(input_ids, np.int64))
-        cmd = [python or sys.executable, str(TORCH_SIDE), "logits", "--checkpoint", str(checkpoint), "--ids",
-               str(ids), "--out", str(out), "--device", device, "--dtype", dtype]
+        args = ["logits", "--checkpoint", str(checkpoint), "--ids", str(ids), "--out", str(out), "--device", device,
+                "--dtype", dtype] + (["--tf32"] if tf32 else [])
         env = dict(os.environ)
-        if tf32:
-            cmd.append("--tf32")
-        elif dtype == "float32":
+        if _ieee_fp32(dtype, tf32):
             env["TRITON_F32_DEFAULT"] = "ieee"  # fla's fp32 tl.dot would otherwise round operands to TF32
-        done = subprocess.run(cmd, capture_output=True, text=True, env=env)
-        if done.returncode:
-            raise RuntimeError(f"the PyTorch side failed ({' '.join(cmd)}):\n{done.stderr[-4000:]}")
-        return np.load(out), json.loads(done.stdout.strip().splitlines()[-1])
+        stdout = run_torch_side(python, *args, env=env)
+        return np.load(out), json.loads(stdout.strip().splitlines()[-1])

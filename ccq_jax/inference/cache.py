@@ -8,7 +8,7 @@ Transformer layers hold a `KVCache` with `max_length` slots.
 import jax
 import numpy as np
 
-from ccq_jax.layers import _checks as check
+from ccq_jax import checks as check
 
 
 def init_cache(model, batch_size: int, max_length: int) -> tuple:

@@ -20,7 +20,7 @@ from flax import nnx
 
 from ccq_jax.inference.cache import init_cache
 from ccq_jax.inference.sampling import sample_next
-from ccq_jax.layers import _checks as check
+from ccq_jax import checks as check
 
 
 @functools.partial(jax.jit, static_argnums=0)

@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from ccq_jax.layers import _checks as check
+from ccq_jax import checks as check
 from ccq_jax.layers.cache import KVCache
 from ccq_jax.layers.params import linear
 from ccq_jax.layers.shapes import split_heads
@@ -58,7 +58,6 @@ class Attention(nnx.Module):
                  rope_theta: float = 10000.0, attn_impl: str | None = None, initializer_range: float = 0.02,
                  dtype=None, param_dtype=jnp.float32, rngs: nnx.Rngs):
         self.head_dim = attention_head_dim(hidden_size, num_heads, num_kv_heads)
-        self.num_heads = num_heads
         self.num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
         self.rope_theta, self.attn_impl = rope_theta, attn_impl
         self.dtype, self.param_dtype = dtype, param_dtype

@@ -19,7 +19,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from ccq_jax import configlib
-from ccq_jax.layers import _checks as check
+from ccq_jax import checks as check
 from ccq_jax.layers.params import param
 
 

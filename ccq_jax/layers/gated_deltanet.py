@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from ccq_jax.layers import _checks as check
+from ccq_jax import checks as check
 from ccq_jax.layers.ccq import CCQConfig
 from ccq_jax.layers.norm import GatedRMSNorm, RMSNorm
 from ccq_jax.layers.params import linear, param

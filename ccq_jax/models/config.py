@@ -15,7 +15,7 @@ from typing import Any, ClassVar, Literal, Mapping
 import jax.numpy as jnp
 
 from ccq_jax import configlib
-from ccq_jax.layers import _checks as check
+from ccq_jax import checks as check
 from ccq_jax.layers.attention import attention_head_dim
 from ccq_jax.layers.ccq import CCQConfig
 from ccq_jax.layers.gated_deltanet import gdn_dims

@@ -6,20 +6,22 @@ rule), beta and lam `[B, T, H]`; states `[B, H, K, V]` fp32; CCQ statistics `CCQ
 may be bf16 or fp32; states, gate cumsums and statistics are always fp32.
 
 `impl` chooses the backend ("recurrent": a token-by-token `lax.scan`, the ground truth;
-"chunk": chunkwise-parallel XLA, the default; "scan": `lax.associative_scan`); all three
-agree and are differentiable. `segment_ids [B, T]` marks packed documents: states and
+"chunk": chunkwise-parallel XLA, the default; "scan": `lax.associative_scan`; "pallas": the
+`pallas_kernels`, compiled through Triton on a GPU and interpreted elsewhere); all four agree
+and are differentiable. `segment_ids [B, T]` marks packed documents: states and
 statistics restart wherever the id changes, and `initial_state` / `initial_stats` apply to
 the document at position 0 only. `doc_ids` turns segment ids into the monotone document index
-the ops use; `l2_normalize` is fla's key normalisation (the gated delta rule's `use_qk_l2norm`).
+the ops use; `l2_normalize` is fla's key normalisation (the gated delta rule's `use_qk_l2norm`);
+`ccq_keys` the fp32 (normalised) keys the CCQ statistics are built from.
 """
 
 from ccq_jax.ops import _validate as check
 from ccq_jax.ops._dispatch import BACKENDS, check_impl, resolve, takes_chunk_size
-from ccq_jax.ops._common import doc_ids, l2_normalize
+from ccq_jax.ops._common import ccq_keys, doc_ids, l2_normalize
 from ccq_jax.ops.types import CCQStats
 
-__all__ = ["BACKENDS", "CCQStats", "ccq_gated_delta_rule", "ccq_gla", "ccq_query", "doc_ids", "gated_delta_rule", "gla",
-           "l2_normalize"]
+__all__ = ["BACKENDS", "CCQStats", "ccq_gated_delta_rule", "ccq_gla", "ccq_keys", "ccq_query", "doc_ids",
+           "gated_delta_rule", "gla", "l2_normalize"]
 
 
 def _options(op, impl, chunk_size):

@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 
 from ccq_jax.ops._common import HIGHEST, ccq_correction, ccq_keys
-from ccq_jax.ops.chunk import _doc_masks, _masked_exp
+from ccq_jax.ops.chunk import _doc_masks, _masked_exp, _mm
 from ccq_jax.ops.scan import _diagonal_scan, _fold_initial
 from ccq_jax.ops.types import CCQStats
 from pallas_kernels import delta_rule
@@ -53,6 +53,12 @@ def _layout(docs, chunk):
     keep = jnp.broadcast_to(m.keep_state[..., None], m.reads_state.shape)
     dd = jnp.pad(docs, [(0, 0), (0, -docs.shape[1] % chunk)], mode="edge")
     return _Layout(flat(m.reads_state), flat(m.writes_state), flat(keep), dd)
+
+
+def _same_doc_causal(dd, chunk):
+    """[B, N, C, C] bool: j <= i inside a chunk and in the same document (dd: the padded document index)."""
+    d = dd.reshape(dd.shape[0], -1, chunk)
+    return jnp.tril(jnp.ones((chunk, chunk), bool)) & (d[..., :, None] == d[..., None, :])
 
 
 def _check_chunk(chunk):
@@ -160,8 +166,7 @@ def _key_sums(kh, lay, init_sum, init_count, chunk):
     b, tp, h, dk = kh.shape
     n = tp // chunk
     khc = kh.reshape(b, n, chunk, h, dk)
-    d = lay.dd.reshape(b, n, chunk)
-    causal = (jnp.tril(jnp.ones((chunk, chunk), bool)) & (d[..., :, None] == d[..., None, :])).astype(f32)
+    causal = _same_doc_causal(lay.dd, chunk).astype(f32)
     writes, reads = (x.reshape(b, n, chunk) for x in (lay.writes, lay.reads))
     totals = (jnp.einsum("bnj,bnjhk->bnhk", writes, khc, precision=HIGHEST),
               jnp.broadcast_to(jnp.sum(writes, -1)[..., None], (b, n, h)))
@@ -218,12 +223,10 @@ def _delta_local(q, k, v, g, beta, lay, chunk):
     f = lambda x: to_c(x).astype(f32)
     qc, kc, vc, bc, G = f(q), f(k), f(v), f(beta), to_c(_chunk_cumsum(g, chunk))  # [B, N, C, H, *]
     reads, writes, keep = (x.reshape(b, n, chunk)[..., None] for x in (lay.reads, lay.writes, lay.keep))
-    d = lay.dd.reshape(b, n, chunk)
-    causal = (jnp.tril(jnp.ones((chunk, chunk), bool)) & (d[..., :, None] == d[..., None, :]))[..., None]
+    causal = _same_doc_causal(lay.dd, chunk)[..., None]
     decay_ij = _masked_exp(G[:, :, :, None] - G[:, :, None, :], causal)  # [B, N, C, C, H]
     # products of the inputs' own values: operands in their dtype, exact products, fp32 sums
-    qk = lambda a, c: jnp.einsum("bnihk,bnjhk->bnijh", to_c(a), to_c(c), preferred_element_type=f32,
-                                 precision=HIGHEST if a.dtype == f32 else None)
+    qk = lambda a, c: _mm("bnihk,bnjhk->bnijh", to_c(a), to_c(c), a.dtype)
     scores = qk(q, k) * decay_ij
     strict = causal & ~jnp.eye(chunk, dtype=bool)[:, :, None]
     kk = jnp.where(strict, bc[:, :, :, None] * qk(k, k) * decay_ij, 0)
@@ -283,10 +286,8 @@ def _dr_bwd(scale, chunk, res, cts):
     b, tp, h = g.shape
     n = tp // chunk
     # matmul operands in the inputs' dtype, fp32 accumulation (fp32 inputs: HIGHEST), as in the kernels
-    precision = HIGHEST if q.dtype == f32 else None
-    per_chunk = lambda x: x.astype(q.dtype).reshape(b, n, chunk, h, x.shape[-1])
-    with_states = lambda x, s: jnp.einsum("bnchv,bnhkv->bnchk", per_chunk(x), s.astype(q.dtype), precision=precision,
-                                          preferred_element_type=f32).reshape(b, tp, h, -1)
+    per_chunk = lambda x: x.reshape(b, n, chunk, h, x.shape[-1])
+    with_states = lambda x, s: _mm("bnchv,bnhkv->bnchk", per_chunk(x), s, q.dtype).reshape(b, tp, h, -1)
     cotangent = _DeltaLocal(
         q_read=scale * with_states(do, states),
         scores=dscores,

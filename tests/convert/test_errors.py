@@ -99,6 +99,19 @@ def test_missing_files(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(GLA))
     with pytest.raises(ValueError, match="no weights; expected one of model.safetensors, model.safetensors.index"):
         load_fla_checkpoint(tmp_path)
+    for text, message in (("{", "not valid JSON"), ("[1]", "expected a JSON object")):
+        (tmp_path / "config.json").write_text(text)
+        with pytest.raises(ValueError, match=re.escape(f"{tmp_path / 'config.json'}: {message}")):
+            load_fla_checkpoint(tmp_path)
+
+
+def test_a_sharded_index_needs_a_weight_map(tmp_path):
+    folder = _copy("gla", tmp_path)
+    (folder / SAFETENSORS).unlink()
+    (folder / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}}))
+    with pytest.raises(ValueError, match=re.escape(f"{folder / 'model.safetensors.index.json'}: expected a "
+                                                   "'weight_map' object")):
+        load_fla_checkpoint(folder)
 
 
 @pytest.mark.skipif(importlib.util.find_spec("torch") is not None, reason="torch is installed")

@@ -6,10 +6,9 @@ import re
 import numpy as np
 import pytest
 
-from ccq_jax.convert import load_fla_checkpoint
+from ccq_jax.convert import load_fla_checkpoint, parity
 from ccq_jax.convert.cli import convert_main, parity_main
 from ccq_jax.convert.files import read_state_dict
-from ccq_jax.convert import parity
 from ccq_jax.convert.parity import logit_metrics
 from tests.convert.conftest import FIXTURES, assert_same_params
 
@@ -30,6 +29,14 @@ def test_fp32_parity_asks_both_sides_for_ieee_fp32(dtype, tf32, ieee, highest, m
     assert logits.shape == (1, 2, 3) and info == {"device": "cuda"}
     assert (seen["env"].get("TRITON_F32_DEFAULT") == "ieee") == ieee and ("--tf32" in seen["cmd"]) == tf32
     assert (parity.matmul_precision(dtype, tf32) == "highest") == highest
+
+
+def test_a_failing_pytorch_side_reports_its_stderr(monkeypatch, tmp_path):
+    failed = type("Done", (), {"returncode": 1, "stdout": "", "stderr": "ModuleNotFoundError: No module named 'fla'"})
+    monkeypatch.setattr(parity.subprocess, "run", lambda cmd, capture_output, text, env: failed())
+    with pytest.raises(RuntimeError, match=r"(?s)the PyTorch side failed \(.*torch_reference logits .*\):\n"
+                                           r"ModuleNotFoundError: No module named 'fla'"):
+        parity.torch_logits(tmp_path, np.zeros((1, 2)), python="python-with-torch")
 
 
 def test_logit_metrics():

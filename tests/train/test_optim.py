@@ -33,7 +33,9 @@ def test_decay_mask_skips_norms_biases_and_gate_parameters():
 
 @pytest.mark.parametrize("kw,match", [({"lr": 0.0}, r"optim\.lr: expected > 0"),
                                       ({"min_lr_ratio": 2.0}, r"optim\.min_lr_ratio"),
-                                      ({"b2": 1.0}, r"optim\.b1/b2")])
+                                      ({"b2": 1.0}, r"optim\.b1/b2"),
+                                      ({"schedule": "cosin"}, r"optim\.schedule: expected Literal\['cosine', 'wsd', "
+                                                              r"'constant'\], got str 'cosin'")])
 def test_optim_config_errors(kw, match):
     with pytest.raises(ValueError, match=match):
         OptimConfig(**kw)

@@ -137,4 +137,6 @@ def test_mesh_shape_errors():
         MeshConfig(data=2, fsdp=2, tensor=1).shape(8)
     with pytest.raises(ValueError, match=r"at most one axis may be -1"):
         MeshConfig(data=-1, fsdp=-1)
+    with pytest.raises(ValueError, match=r"mesh\.data: expected int, got str '2'"):
+        MeshConfig(data="2")
     assert isinstance(load_config("demo")[0], TrainConfig)

@@ -30,6 +30,7 @@ import grain
 import numpy as np
 
 EXAMPLE_KEYS = ("inputs", "targets", "loss_mask")
+_ROW_FROM_EXAMPLE = dict(zip(("input_ids", "targets", "loss_mask"), EXAMPLE_KEYS))  # row key <- example key
 ROW_KEYS = ("input_ids", "targets", "segment_ids", "positions", "loss_mask")
 
 
@@ -98,9 +99,8 @@ class _PackIterator(grain.DatasetIterator):
             n = min(self._seq_len - filled, len(example["inputs"]) - start)
             segment += 1
             span = slice(filled, filled + n)
-            row["input_ids"][span] = example["inputs"][start : start + n]
-            row["targets"][span] = example["targets"][start : start + n]
-            row["loss_mask"][span] = example["loss_mask"][start : start + n]
+            for row_key, example_key in _ROW_FROM_EXAMPLE.items():
+                row[row_key][span] = example[example_key][start : start + n]
             row["segment_ids"][span] = segment
             row["positions"][span] = np.arange(n, dtype=np.int32)
             filled += n

@@ -1,4 +1,5 @@
-"""Value checks shared by the layers and the model configs: each failure is a ValueError naming the field.
+"""Value checks shared by the layers, the model configs, inference and evaluation: each failure is a ValueError
+naming the field.
 
 Types of config fields are checked by `ccq_jax.configlib.check_field_types`; these checks add
 the ranges (and the types, for layers built directly from Python arguments).

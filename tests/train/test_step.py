@@ -1,0 +1,54 @@
+"""The jitted train step on its own: it keeps the state's dtypes (bf16 parameters, fla's recipe, get bf16 gradients
+and optimizer moments, so the step neither recompiles at its second call nor promotes the optimizer state to fp32),
+and with skip_nonfinite a non-finite step leaves the state as it was but for the step count."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from ccq_jax.models import get_config
+from train.optim import OptimConfig, make_optimizer
+from train.sharding import MeshConfig, make_mesh
+from train.step import compile_steps, init_state, make_eval_step, make_train_step
+
+
+def _step_and_state(param_dtype, grad_accum=1, skip_nonfinite=False):
+    cfg = get_config("gla-tiny", num_hidden_layers=1, hidden_size=32, vocab_size=64, dtype="bfloat16",
+                     param_dtype=param_dtype)
+    mesh = make_mesh(MeshConfig())
+    optimizer = make_optimizer(OptimConfig(lr=1e-3, warmup_steps=0), 4)
+    graphdef, others, state = init_state(cfg, optimizer, mesh, seed=0)
+    train_step, _ = compile_steps(make_train_step(graphdef, others, optimizer, grad_accum=grad_accum,
+                                                  skip_nonfinite=skip_nonfinite), make_eval_step(graphdef, others),
+                                  state, mesh)
+    return train_step, state
+
+
+def _batch():
+    ids = np.random.default_rng(0).integers(0, 64, (2, 17), dtype=np.int32)
+    batch = {"input_ids": ids[:, :-1], "targets": ids[:, 1:], "segment_ids": np.ones((2, 16), np.int32),
+             "loss_mask": np.ones((2, 16), np.int32)}
+    return {k: jnp.asarray(v) for k, v in batch.items()}
+
+
+@pytest.mark.parametrize("param_dtype,grad_accum", [("bfloat16", 1), ("bfloat16", 2), ("float32", 2)])
+def test_step_keeps_state_dtypes(param_dtype, grad_accum):
+    train_step, state = _step_and_state(param_dtype, grad_accum)
+    dtypes = jax.tree.map(lambda x: x.dtype, state)
+    for _ in range(2):
+        state, metrics = train_step(state, _batch())
+    assert jax.tree.map(lambda x: x.dtype, state) == dtypes
+    assert train_step._cache_size() == 1
+    assert np.isfinite(float(metrics["loss"]))
+
+
+def test_skip_nonfinite_keeps_the_previous_state():
+    train_step, state = _step_and_state("float32", skip_nonfinite=True)
+    poisoned = jax.tree.map(lambda x: x.at[(0,) * x.ndim].set(jnp.nan) if x.ndim == 2 else x, state.params)
+    state = state._replace(params=poisoned)
+    before = jax.tree.map(np.asarray, state)
+    after, metrics = train_step(state, _batch())
+    assert not bool(metrics["finite"]) and int(after.step) == int(before.step) + 1
+    same = lambda a, b: np.array_equal(a, b, equal_nan=True)
+    assert all(jax.tree.leaves(jax.tree.map(same, (after.params, after.opt_state), (before.params, before.opt_state))))
