@@ -24,7 +24,6 @@ import jax
 import orbax.checkpoint as ocp
 from flax import nnx
 
-from ccq_jax.convert import load_fla_checkpoint
 from ccq_jax.models import CausalLM, abstract_model, get_config, with_config
 from ccq_jax.tokenizers import BYTE_TOKENIZER, HFTokenizer, Tokenizer, load_tokenizer
 
@@ -155,6 +154,11 @@ def load_fla(path, *, tokenizer: str | None = None, overrides: dict | None = Non
 
     The tokenizer defaults to the folder's `tokenizer.json`.
     """
+    try:
+        from ccq_jax.convert import load_fla_checkpoint
+    except ImportError as e:
+        raise ValueError(f"fla_dir: reading an fla model folder needs ccq_jax.convert.load_fla_checkpoint "
+                         f"(the fla conversion), which this installation cannot import: {e}") from e
     path = pathlib.Path(path)
     _, model = load_fla_checkpoint(path)
     if overrides:
