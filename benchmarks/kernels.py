@@ -136,8 +136,9 @@ def _time_queued(fn, args, reps, rounds=5):
     return statistics.median(times)
 
 
-def breakdown(B, T, reps, configs):
-    """Times each kernel of the GLA and gated-delta-rule passes alone, for several (tile width, warps) settings."""
+def breakdown(B, T, reps, configs, families):
+    """Times each kernel of the GLA and gated-delta-rule passes alone, for several (tile width, warps) settings;
+    ("default", "default") keeps each kernel's own choice."""
     import jax
     import jax.numpy as jnp
 
@@ -160,11 +161,12 @@ def breakdown(B, T, reps, configs):
     bf = lambda a: jnp.asarray(a, jnp.bfloat16)
     jit = jax.jit
     rows = []
+    own_block, own_launch = la.block, _tiles.launch
     for width, warps in configs:
         for mod in (la, delta_rule):
-            mod.block = lambda d, cap=None, w=width: min(d, w)
-            mod.launch = launch_with(warps)
-        for family in ("gla", "gdn"):
+            mod.block = own_block if width == "default" else lambda d, cap=None, w=width: min(d, w)
+            mod.launch = own_launch if warps == "default" else launch_with(warps)
+        for family in families:
             x = _inputs(family, B, T)
             q, k, v, do = bf(x["q"]), bf(x["k"]), bf(x["v"]), bf(x["do"])
             lay = backend._layout(jnp.zeros((B, T), jnp.int32), C)
@@ -184,9 +186,13 @@ def breakdown(B, T, reps, configs):
             if family == "gla":
                 t["chunk_states"] = run(jit(lambda k, v, G: la.chunk_states(
                     k, v, G, lay.writes, lay.keep, h0, gate=gate, side="write", store=jnp.float32, **kw)), k, v, G)
-                t["chunk_dqk"] = run(jit(lambda q, k, v, do, G, S, A: la.chunk_dqk(
-                    q, k, v, do, G, lay.reads, lay.writes, lay.keep, lay.dd, S, S, A, gate=gate, scale=1.0, **kw)),
-                    q, k, v, do, G, states, A)
+                t["diagonal_scores"] = run(jit(lambda q, k, G, A: la.diagonal_scores(q, k, G, lay.dd, A, **kw)),
+                                           q, k, G, A)
+                diag = jit(lambda q, k, G, A: la.diagonal_dqk(q, k, G, A, **kw))
+                t["diagonal_dqk"] = run(diag, q, k, G, A)
+                t["chunk_dqk"] = run(jit(lambda q, k, v, do, G, S, A, D: la.chunk_dqk(
+                    q, k, v, do, G, lay.reads, lay.writes, lay.keep, S, S, A, D, gate=gate, scale=1.0, **kw)),
+                    q, k, v, do, G, states, A, diag(q, k, G, A))
             else:
                 w = k
                 t["delta_states"] = run(jit(lambda w, u, k, G: delta_rule.delta_states(
@@ -209,7 +215,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--seqlens", type=int, nargs="+", default=[4096, 16384])
-    ap.add_argument("--impls", nargs="+", default=["pallas", "chunk"])
+    ap.add_argument("--impls", nargs="*", default=["pallas", "chunk"], help="none: fla alone")
     ap.add_argument("--families", nargs="+", default=["gla", "gdn"], choices=sorted(SHAPES))
     ap.add_argument("--xla-max-t", type=int, default=4096, help="time impl=chunk only up to this T (slow, large)")
     ap.add_argument("--no-fla", action="store_true")
@@ -218,7 +224,8 @@ def main():
     ap.add_argument("--breakdown", action="store_true", help="time each Pallas kernel alone (first seqlen)")
     a = ap.parse_args()
     if a.breakdown:
-        rows = breakdown(a.batch, a.seqlens[0], a.reps, [(64, 4), (32, 4), (64, 8), (128, 8)])
+        configs = [("default", "default"), (64, 4), (32, 4), (64, 8), (128, 8)]
+        rows = breakdown(a.batch, a.seqlens[0], a.reps, configs, a.families)
         json.dump(rows, open(a.out, "w"), indent=1)
         return
     rows = []

@@ -22,11 +22,14 @@ del _pltpu
 SUB = 16  # secondary chunk: the diagonal blocks whose pairwise decays are formed exactly
 
 
-def launch(kernel, out_shape, grid, *, interpret, num_warps=4, num_stages=2, name=None):
-    """pallas_call over whole-array refs; Triton on a GPU, the same kernel interpreted elsewhere."""
+def launch(kernel, out_shape, grid, *, interpret, num_warps=4, num_stages=2, aliases=None, name=None):
+    """pallas_call over whole-array refs; Triton on a GPU, the same kernel interpreted elsewhere.
+
+    aliases: {input index: output index} for kernels that update an input in place.
+    """
     params = None if interpret else pltriton.CompilerParams(num_warps=num_warps, num_stages=num_stages)
     return pl.pallas_call(kernel, out_shape=out_shape, grid=grid, interpret=interpret, compiler_params=params,
-                          name=name)
+                          input_output_aliases=aliases or {}, name=name)
 
 
 def dot(a, b, *, trans_a=False, trans_b=False):
@@ -43,16 +46,6 @@ def masked_exp(x, mask):
 
 def iota(n):
     return jax.lax.broadcasted_iota(jnp.int32, (n,), 0)
-
-
-def place(x, row_block, n, col_block=None):
-    """An [n, D] (or [n, n]) fp32 tile holding the [SUB, D] (or [SUB, SUB]) tile x at block row `row_block`
-    (and block column `col_block`), zeros elsewhere: one-hot dots, exact in fp32 (register tiles cannot be
-    concatenated in the Triton lowering)."""
-    onehot = lambda blk: (iota(n)[:, None] == blk * SUB + iota(SUB)[None, :]).astype(jnp.float32)  # [n, SUB]
-    if col_block is not None:
-        x = dot(x, onehot(col_block), trans_b=True)
-    return dot(onehot(row_block), x)
 
 
 def tile(ref, b, rows, h, cols):

@@ -10,13 +10,14 @@ n holds token i's scores against the C tokens of its chunk). See `_tiles` for th
 The pieces:
   intra_scores  A_ij = sum_k q_ik k_jk exp(G_ik - G_jk) for j <= i in one document (per-channel
                 gates by secondary chunking: off-diagonal 16-blocks factor through a reference
-                row so that every exponent is <= 0, diagonal blocks are formed element by element)
+                row so that every exponent is <= 0; `diagonal_scores` fills the diagonal blocks
+                with the exact pairwise decay, one program per 16-token block)
   chunk_states  S <- exp(G_last) keep S + scale (x * f)^T y, chunk by chunk (or from the end),
                 optionally storing the state entering every chunk
   chunk_out     out = s_inter (x * f) S_n + s_intra A y   (A or A^T)
   chunk_dscores dA = scale (do y^T) on the causal same-document pairs
   chunk_dqk     dq, dk (and dg for per-channel gates) of the GLA form from dA, the states and
-                their gradients
+                their gradients (the diagonal 16-blocks of dA come from `diagonal_dqk`)
 """
 
 import jax
@@ -24,7 +25,7 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
 from pallas_kernels._tiles import (SUB, chunk_decay, dot, from_start, gate_row, gate_tile, iota, launch,
-                                   masked_exp, place, same_doc_causal, tile, to_end)
+                                   masked_exp, same_doc_causal, tile, to_end)
 
 f32 = jnp.float32
 
@@ -70,9 +71,6 @@ def intra_scores(q, k, g, dd, *, chunk, gate, interpret):
                 qa = qf * masked_exp(G - rho, (i // SUB == a)[:, None])
                 ka = kf * masked_exp(rho - G, (i < a * SUB)[:, None])
                 acc += dot(qa.astype(qt.dtype), ka.astype(qt.dtype), trans_b=True)
-        if gate == "channel":
-            for a in range(subs):
-                acc += place(_diagonal_scores(q_ref, k_ref, g_ref, b, h, t0 + a * SUB, dk // bk, bk), a, chunk, a)
         causal = same_doc_causal(dd_ref, b, rows, chunk)
         if gate == "head":
             G = g_ref[b, rows, h]
@@ -84,22 +82,38 @@ def intra_scores(q, k, g, dd, *, chunk, gate, interpret):
     return launch(kernel, out, (tp // chunk, b_ * heads), interpret=interpret, name="intra_scores")(*args)
 
 
-def _diagonal_scores(q_ref, k_ref, g_ref, b, h, start, n_tiles, bk):
-    """[SUB, SUB] scores of one sub-block against itself, with the exact pairwise decay per channel."""
+def diagonal_scores(q, k, g, dd, scores, *, chunk, interpret):
+    """Fills the diagonal SUB x SUB blocks of `intra_scores`'s per-channel-gate scores (left zero there), in place.
+
+    One program per 16-token sub-block: A_ij = sum_k q_ik k_jk exp(G_ik - G_jk) for j <= i, formed on a
+    [SUB, SUB, BK] tile with the exact pairwise decay (every exponent <= 0, nothing overflows).
+    """
+    b_, tp, heads, dk = q.shape
+    bk = block(dk, 32)
+    subs = chunk // SUB
+
+    def kernel(q_ref, k_ref, g_ref, dd_ref, _, a_ref):
+        s = pl.program_id(0)
+        b, h = _bh(1, heads)
+        rows = pl.ds(s * SUB, SUB)
+        acc = jnp.zeros((SUB, SUB), f32)
+        for kt in range(dk // bk):
+            ks = pl.ds(kt * bk, bk)
+            q, k, decay = tile(q_ref, b, rows, h, ks), tile(k_ref, b, rows, h, ks), _pairwise_decay(g_ref, b, rows, h, ks)
+            acc += jnp.sum(q[:, None, :] * k[None, :, :] * decay, axis=2)
+        causal = same_doc_causal(dd_ref, b, rows, SUB)
+        a_ref[b, h, rows, pl.ds((s % subs) * SUB, SUB)] = jnp.where(causal, acc, 0.0)
+
+    out = jax.ShapeDtypeStruct(scores.shape, f32)
+    return launch(kernel, out, (tp // SUB, b_ * heads), interpret=interpret, aliases={4: 0},
+                  name="diagonal_scores")(q, k, g, dd, scores)
+
+
+def _pairwise_decay(g_ref, b, rows, h, ks):
+    """[SUB, SUB, BK]: exp(G_i - G_j) for j <= i inside one sub-block, 0 above the diagonal."""
+    G = g_ref[b, rows, h, ks]
     i = iota(SUB)
-    rows = pl.ds(start, SUB)
-    acc = jnp.zeros((SUB, SUB), f32)
-    for kt in range(n_tiles):
-        ks = pl.ds(kt * bk, bk)
-        q, G = tile(q_ref, b, rows, h, ks), g_ref[b, rows, h, ks]
-
-        def column(j, acc, q=q, G=G, ks=ks):
-            kj, gj = k_ref[b, start + j, h, ks].astype(f32)[None, :], g_ref[b, start + j, h, ks][None, :]
-            val = jnp.sum(q * kj * masked_exp(G - gj, (i >= j)[:, None]), axis=1)
-            return acc + jnp.where(i[None, :] == j, val[:, None], 0.0)
-
-        acc = jax.lax.fori_loop(0, SUB, column, acc)
-    return acc
+    return masked_exp(G[:, None, :] - G[None, :, :], (i[:, None] >= i[None, :])[:, :, None])
 
 
 def chunk_states(x, y, g, mask, keep, h0, *, chunk, gate, side, reverse=False, scale=1.0, store=None,
@@ -209,12 +223,14 @@ def chunk_dscores(do, y, dd, *, chunk, scale, interpret):
     return launch(kernel, out, (tp // chunk, b_ * heads), interpret=interpret, name="chunk_dscores")(do, y, dd)
 
 
-def chunk_dqk(q, k, v, do, g, reads, writes, keep, dd, states, dstates, dscores, *, chunk, gate, scale, interpret):
+def chunk_dqk(q, k, v, do, g, reads, writes, keep, states, dstates, dscores, diagonal, *, chunk, gate, scale,
+              interpret):
     """Gradients of the GLA form (per-channel gates or none) with respect to q, k and (gated) g.
 
     states: the state entering each chunk; dstates: the gradient of the state leaving it
-    (both `[B, N, H, K, V]` fp32); dscores: `chunk_dscores` of (do, v). Returns (dq, dk in q's
-    dtype, dg fp32 or None); dg is the gradient of the raw log gates (the in-chunk reverse cumsum of dG).
+    (both `[B, N, H, K, V]` fp32); dscores: `chunk_dscores` of (do, v); diagonal: `diagonal_dqk`'s
+    (dq, dk) with per-channel gates, None without. Returns (dq, dk in q's dtype, dg fp32 or None);
+    dg is the gradient of the raw log gates (the in-chunk reverse cumsum of dG).
     """
     b_, tp, heads, dk = q.shape
     dv = v.shape[-1]
@@ -224,7 +240,9 @@ def chunk_dqk(q, k, v, do, g, reads, writes, keep, dd, states, dstates, dscores,
 
     def kernel(q_ref, k_ref, v_ref, do_ref, *refs):
         g_ref, refs = _split_gate(refs, gate)
-        r_ref, w_ref, keep_ref, dd_ref, hs_ref, dh_ref, da_ref, dq_ref, dk_ref, *dg_ref = refs
+        r_ref, w_ref, keep_ref, hs_ref, dh_ref, da_ref, *refs = refs
+        dqd_ref, dkd_ref, *refs = refs if gate else (None, None, *refs)
+        dq_ref, dk_ref, *dg_ref = refs
         kt, n = pl.program_id(0), pl.program_id(1)
         b, h = _bh(2, heads)
         t0 = n * chunk
@@ -260,43 +278,44 @@ def chunk_dqk(q, k, v, do, g, reads, writes, keep, dd, states, dstates, dscores,
                 rho = g_ref[b, t0 + c * SUB + SUB - 1, h, ks][None, :]
                 qc = (qf * masked_exp(G - rho, (i >= (c + 1) * SUB)[:, None])).astype(dtype)
                 dk_ += masked_exp(rho - G, (blk == c)[:, None]) * dot(dA.astype(dtype), qc, trans_a=True)
-            for a in range(subs):  # the diagonal sub-blocks, element by element on 16-row tiles
-                dqa, dka = _diagonal_dqk(q_ref, k_ref, g_ref, da_ref, b, h, t0, a, ks, bk)
-                dq += place(dqa, a, chunk)
-                dk_ += place(dka, a, chunk)
+            dq += dqd_ref[b, rows, h, ks]  # the diagonal sub-blocks (diagonal_dqk)
+            dk_ += dkd_ref[b, rows, h, ks]
             dG = qf * dq - kf * dk_ + jnp.where((i == chunk - 1)[:, None], dgl[None, :], 0.0)
             upper = (i[:, None] <= i[None, :]).astype(f32)
             dg_ref[0][b, rows, h, ks] = dot(upper, dG)  # sum over the later tokens of the chunk
         dq_ref[b, rows, h, ks] = dq.astype(dq_ref.dtype)
         dk_ref[b, rows, h, ks] = dk_.astype(dk_ref.dtype)
 
-    args = (q, k, v, do) + ((g,) if gate else ()) + (reads, writes, keep, dd, states, dstates, dscores)
+    args = (q, k, v, do) + ((g,) if gate else ()) + (reads, writes, keep, states, dstates, dscores) + (diagonal or ())
     grad = jax.ShapeDtypeStruct(q.shape, dtype)
     outs = (grad, grad) + ((jax.ShapeDtypeStruct(q.shape, f32),) if gate == "channel" else ())
     res = launch(kernel, outs, (dk // bk, tp // chunk, b_ * heads), interpret=interpret, name="chunk_dqk")(*args)
     return res[0], res[1], (res[2] if gate == "channel" else None)
 
 
-def _diagonal_dqk(q_ref, k_ref, g_ref, da_ref, b, h, t0, a, ks, bk):
-    """dq, dk ([SUB, BK]) of sub-block a from its own diagonal block of dA, with the exact pairwise decays."""
-    i = iota(SUB)
-    start = t0 + a * SUB
-    rows = pl.ds(start, SUB)
-    G = g_ref[b, rows, h, ks]
-    dA = da_ref[b, h, rows, pl.ds(a * SUB, SUB)]
+def diagonal_dqk(q, k, g, dscores, *, chunk, interpret):
+    """dq, dk ([B, Tp, H, K] fp32) of each token through the diagonal SUB x SUB block of dA holding it.
 
-    def token(j, carry):
-        dq, dk = carry
-        kj, qj = (r[b, start + j, h, ks].astype(f32)[None, :] for r in (k_ref, q_ref))
-        gj = g_ref[b, start + j, h, ks][None, :]
-        da_key = jnp.sum(jnp.where(i[None, :] == j, dA, 0.0), axis=1)  # dA[i, j]: query i, key j
-        dq = dq + da_key[:, None] * kj * masked_exp(G - gj, (i >= j)[:, None])
-        da_query = jnp.sum(jnp.where(i[:, None] == j, dA, 0.0), axis=0)  # dA[j, i]: query j, key i
-        dk = dk + da_query[:, None] * qj * masked_exp(gj - G, (i <= j)[:, None])
-        return dq, dk
+    One program per (K tile, 16-token sub-block), on [SUB, SUB, BK] tiles with the exact pairwise decay:
+    dq_i = sum_{j<=i} dA_ij k_j exp(G_i - G_j),  dk_j = sum_{i>=j} dA_ij q_i exp(G_i - G_j).
+    """
+    b_, tp, heads, dk = q.shape
+    bk = block(dk, 32)
+    subs = chunk // SUB
 
-    zero = jnp.zeros((SUB, bk), f32)
-    return jax.lax.fori_loop(0, SUB, token, (zero, zero))
+    def kernel(q_ref, k_ref, g_ref, da_ref, dq_ref, dk_ref):
+        kt, s = pl.program_id(0), pl.program_id(1)
+        b, h = _bh(2, heads)
+        rows, ks = pl.ds(s * SUB, SUB), pl.ds(kt * bk, bk)
+        dA = da_ref[b, h, rows, pl.ds((s % subs) * SUB, SUB)][:, :, None]
+        weighted = dA * _pairwise_decay(g_ref, b, rows, h, ks)  # [query i, key j, BK]
+        dq_ref[b, rows, h, ks] = jnp.sum(weighted * tile(k_ref, b, rows, h, ks)[None, :, :], axis=1)
+        dk_ref[b, rows, h, ks] = jnp.sum(weighted * tile(q_ref, b, rows, h, ks)[:, None, :], axis=0)
+
+    grad = jax.ShapeDtypeStruct(q.shape, f32)
+    return launch(kernel, (grad, grad), (dk // bk, tp // SUB, b_ * heads), interpret=interpret,
+                  name="diagonal_dqk")(q, k, g, dscores)
 
 
-__all__ = ["block", "chunk_dqk", "chunk_dscores", "chunk_out", "chunk_states", "intra_scores"]
+__all__ = ["block", "chunk_dqk", "chunk_dscores", "chunk_out", "chunk_states", "diagonal_dqk", "diagonal_scores",
+           "intra_scores"]

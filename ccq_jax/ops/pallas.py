@@ -98,6 +98,8 @@ def _la_forward(q, k, v, g, h0, lay, scale, chunk, gate, out_dtype):
     interpret = _interpret()
     G = _chunk_cumsum(g, chunk) if gate else None
     scores = la.intra_scores(q, k, G, lay.dd, chunk=chunk, gate=gate, interpret=interpret)
+    if gate:
+        scores = la.diagonal_scores(q, k, G, lay.dd, scores, chunk=chunk, interpret=interpret)
     states, final = la.chunk_states(k, v, G, lay.writes, lay.keep, h0, chunk=chunk, gate=gate, side="write",
                                     store=q.dtype, interpret=interpret)
     o = la.chunk_out(q, G, lay.reads, states, scores, v, chunk=chunk, gate=gate, side="read",
@@ -130,7 +132,8 @@ def _la_bwd(scale, chunk, gate, out_dtype, res, cts):
     dv = la.chunk_out(k, G, lay.writes, dstates, scores, do, side="write", transpose_scores=True, s_inter=1.0,
                       s_intra=scale, out_dtype=v.dtype, **common)
     dscores = la.chunk_dscores(do, v, lay.dd, chunk=chunk, scale=scale, interpret=interpret)
-    dq, dk, dg = la.chunk_dqk(q, k, v, do, G, lay.reads, lay.writes, lay.keep, lay.dd, states, dstates, dscores,
+    diagonal = la.diagonal_dqk(q, k, G, dscores, chunk=chunk, interpret=interpret) if gate else None
+    dq, dk, dg = la.chunk_dqk(q, k, v, do, G, lay.reads, lay.writes, lay.keep, states, dstates, dscores, diagonal,
                               scale=scale, **common)
     dg = None if g is None else dg.astype(g.dtype)
     return dq.astype(q.dtype), dk.astype(k.dtype), dv, dg, dh0, None
