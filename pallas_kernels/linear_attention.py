@@ -85,8 +85,10 @@ def intra_scores(q, k, g, dd, *, chunk, gate, interpret):
 def diagonal_scores(q, k, g, dd, scores, *, chunk, interpret):
     """Fills the diagonal SUB x SUB blocks of `intra_scores`'s per-channel-gate scores (left zero there), in place.
 
-    One program per 16-token sub-block: A_ij = sum_k q_ik k_jk exp(G_ik - G_jk) for j <= i, formed on a
-    [SUB, SUB, BK] tile with the exact pairwise decay (every exponent <= 0, nothing overflows).
+    One program per 16-token sub-block, a column (key j) at a time on [SUB, BK] tiles: A_ij = sum_k q_ik
+    k_jk exp(G_ik - G_jk) for j <= i, with the exact pairwise decay (every exponent <= 0, nothing
+    overflows). Measured on the H200, this beats forming the [SUB, SUB, BK] products at once
+    (0.22 vs 0.40 ms at B=4, T=4096, H=4, K=256), while `diagonal_dqk` is faster the other way.
     """
     b_, tp, heads, dk = q.shape
     bk = block(dk, 32)
@@ -96,11 +98,19 @@ def diagonal_scores(q, k, g, dd, scores, *, chunk, interpret):
         s = pl.program_id(0)
         b, h = _bh(1, heads)
         rows = pl.ds(s * SUB, SUB)
-        acc = jnp.zeros((SUB, SUB), f32)
-        for kt in range(dk // bk):
-            ks = pl.ds(kt * bk, bk)
-            q, k, decay = tile(q_ref, b, rows, h, ks), tile(k_ref, b, rows, h, ks), _pairwise_decay(g_ref, b, rows, h, ks)
-            acc += jnp.sum(q[:, None, :] * k[None, :, :] * decay, axis=2)
+        i = iota(SUB)
+        kss = [pl.ds(kt * bk, bk) for kt in range(dk // bk)]
+        tiles = [(tile(q_ref, b, rows, h, ks), g_ref[b, rows, h, ks]) for ks in kss]
+
+        def column(j, acc):  # the scores of the sub-block's queries against its key j
+            t = s * SUB + j
+            val = jnp.zeros((SUB,), f32)
+            for (q, G), ks in zip(tiles, kss):
+                kj, gj = k_ref[b, t, h, ks].astype(f32)[None, :], g_ref[b, t, h, ks][None, :]
+                val += jnp.sum(q * kj * masked_exp(G - gj, (i >= j)[:, None]), axis=1)
+            return jnp.where(i[None, :] == j, val[:, None], acc)
+
+        acc = jax.lax.fori_loop(0, SUB, column, jnp.zeros((SUB, SUB), f32))
         causal = same_doc_causal(dd_ref, b, rows, SUB)
         a_ref[b, h, rows, pl.ds((s % subs) * SUB, SUB)] = jnp.where(causal, acc, 0.0)
 
