@@ -129,14 +129,24 @@ def _train(cfg: TrainConfig, workdir: pathlib.Path, progress: bool, preempted: _
     tokens_per_step = cfg.data.batch_size * cfg.data.seq_len
     bar = tqdm(total=cfg.steps, initial=start, desc=cfg.name, disable=not progress or not main_process)
     last_time, last_step, metrics = time.perf_counter(), start, {}
+    unchecked = []  # (step, metrics) whose `finite` flag the host has not read yet
+
+    def check_finite():
+        """Reads the flags of the queued steps (a wait for the device), stopping or reporting as on_nan says."""
+        for step, m in unchecked:
+            if not bool(m["finite"]):
+                message = f"step {step}: loss or gradient norm is not finite (loss={float(m['loss'])})"
+                if cfg.on_nan == "stop":
+                    ckpt.close()
+                    raise NonFiniteLoss(message + "; stopping (set on_nan=skip to skip such steps)")
+                tqdm.write(message + "; step skipped")
+        unchecked.clear()
+
     for step in range(start, cfg.steps):
         state, metrics = train_step(state, host_batch_to_global(next(it), mesh))
-        if not bool(metrics["finite"]):
-            message = f"step {step}: loss or gradient norm is not finite (loss={float(metrics['loss'])})"
-            if cfg.on_nan == "stop":
-                ckpt.close()
-                raise NonFiniteLoss(message + "; stopping (set on_nan=skip to skip such steps)")
-            tqdm.write(message + "; step skipped")
+        # a step's flag is read once the next step is queued, so the device never waits for the host
+        check_finite()
+        unchecked.append((step, metrics))
         done = step + 1
         if done % cfg.log_every == 0 or done == cfg.steps:
             m = jax.device_get(metrics)
@@ -153,11 +163,14 @@ def _train(cfg: TrainConfig, workdir: pathlib.Path, progress: bool, preempted: _
             last_time, last_step = now, done
         bar.update(1)
         if preempted.flag:
+            check_finite()
             ckpt.save(done, state, it, cfg.to_dict(), force=True)
             tqdm.write(f"SIGTERM: saved step {done} to {ckpt.directory}; stopping")
             break
         if done == cfg.steps or (cfg.checkpoint_every and done % cfg.checkpoint_every == 0):
+            check_finite()  # never save a state that on_nan="stop" would have refused
             ckpt.save(done, state, it, cfg.to_dict(), force=done == cfg.steps)
+    check_finite()
     bar.close()
     ckpt.close()
     it.close()

@@ -110,6 +110,14 @@ def test_non_finite_loss_stops_naming_the_step(tmp_path):
         train(cfg, tmp_path, progress=False)
 
 
+def test_non_finite_steps_are_skipped_and_reported(tmp_path, capsys):
+    cfg = tiny_config(optim={"lr": 1e30, "warmup_steps": 0, "grad_clip": 0.0}, steps=4, checkpoint_every=0,
+                      on_nan="skip")
+    summary = train(cfg, tmp_path, progress=False)
+    skipped = [line for line in capsys.readouterr().out.splitlines() if line.endswith("; step skipped")]
+    assert summary["steps"] == 4 and skipped and skipped[0].startswith("step ")
+
+
 @pytest.mark.parametrize("overrides,match", [
     ({"optim.lrr": 1.0}, r"optim\.lrr: unknown key \(did you mean 'lr'\?\)"),
     ({"stepz": 3}, r"stepz: unknown key \(did you mean 'steps'\?\)"),
