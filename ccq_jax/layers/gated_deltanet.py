@@ -104,12 +104,7 @@ class GatedDeltaNet(RecurrentMixer):
 
     def __call__(self, x: jax.Array, *, segment_ids: jax.Array | None = None, cache=None):
         """x: [B, T, D] -> (y [B, T, D], updated cache or None when `cache` is None)."""
-        q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
-        conv = None
-        if self.use_short_conv:
-            q, k, v, conv = self._convolve(q, k, v, self._docs(segment_ids, x), cache)
-        else:
-            q, k, v = jax.nn.silu(q), jax.nn.silu(k), jax.nn.silu(v)
+        q, k, v, conv = self._project(x, segment_ids, cache, silu_without_conv=True)
         q, k, v = self._qk_heads(q), self._qk_heads(k), split_heads(v, self.dims.head_v_dim)
         a = self.a_proj(x).astype(jnp.float32) + self.dt_bias[...].astype(jnp.float32)
         g = -jnp.exp(self.A_log[...].astype(jnp.float32)) * jax.nn.softplus(a)
@@ -117,6 +112,4 @@ class GatedDeltaNet(RecurrentMixer):
         if self.allow_neg_eigval:
             beta = 2.0 * beta
         o, state, stats = self._read("gated_delta_rule", q, k, (v, g, beta), segment_ids=segment_ids, cache=cache)
-        o = self.o_norm(o, split_heads(self.g_proj(x), self.dims.head_v_dim)) if self.use_gate else self.o_norm(o)
-        y = self.o_proj(o.reshape(*o.shape[:2], -1))
-        return y, self._new_cache(cache, state, stats, conv)
+        return self._output(o, x, self.o_norm, self.use_gate), self._new_cache(cache, state, stats, conv)

@@ -90,10 +90,7 @@ class GatedLinearAttention(RecurrentMixer):
 
     def __call__(self, x: jax.Array, *, segment_ids: jax.Array | None = None, cache=None):
         """x: [B, T, D] -> (y [B, T, D], updated cache or None when `cache` is None)."""
-        q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
-        conv = None
-        if self.use_short_conv:
-            q, k, v, conv = self._convolve(q, k, v, self._docs(segment_ids, x), cache)
+        q, k, v, conv = self._project(x, segment_ids, cache, silu_without_conv=False)
         gk = self.gk_proj[1](self.gk_proj[0](x))
         dk, dv = self.dims.head_k_dim, self.dims.head_v_dim
         q, k, v, gk = split_heads(q, dk), self._expand(k, dk), self._expand(v, dv), self._expand(gk, dk)
@@ -101,9 +98,5 @@ class GatedLinearAttention(RecurrentMixer):
         if self.clamp_min is not None:
             gk = jnp.maximum(gk, self.clamp_min)
         o, state, stats = self._read("gla", q, k, (v, gk), segment_ids=segment_ids, cache=cache)
-        if self.use_output_gate:
-            o = self.g_norm_swish_gate(o, split_heads(self.g_proj(x), dv))
-        else:
-            o = self.g_norm(o)
-        y = self.o_proj(o.reshape(*o.shape[:2], -1))
-        return y, self._new_cache(cache, state, stats, conv)
+        norm = self.g_norm_swish_gate if self.use_output_gate else self.g_norm
+        return self._output(o, x, norm, self.use_output_gate), self._new_cache(cache, state, stats, conv)

@@ -11,6 +11,7 @@ uses, `[B, T, H, K]` under the name `keys` (the Delta-mu diagnostic of `eval`); 
 record nothing.
 """
 
+import jax
 import jax.numpy as jnp
 from flax import nnx
 
@@ -18,11 +19,12 @@ import ccq_jax.ops as ops
 from ccq_jax.layers.cache import RecurrentCache
 from ccq_jax.layers.ccq import CCQGate
 from ccq_jax.layers.conv import ShortConvolution
+from ccq_jax.layers.shapes import split_heads
 from ccq_jax.ops import CCQStats, doc_ids
 
 
 class RecurrentMixer(nnx.Module):
-    """Base of the linear-attention layers; subclasses call `_setup` and then `_convolve` / `_read`."""
+    """Base of the linear-attention layers; subclasses call `_setup`, then `_project`, `_read` and `_output`."""
 
     def _setup(self, *, state_heads, head_k_dim, head_v_dim, conv_channels, conv_size, ccq, attn_impl,
                decode_impl, chunk_size, std, rngs, dtype, param_dtype):
@@ -56,12 +58,22 @@ class RecurrentMixer(nnx.Module):
             conv = tuple(m.init_cache(b, dtype) for m in (self.q_conv1d, self.k_conv1d, self.v_conv1d))
         return RecurrentCache(jnp.zeros((b, h, dk, dv), jnp.float32), stats, conv)
 
-    def _convolve(self, q, k, v, docs, cache):
-        """The q, k, v short convs (SiLU). Returns (q, k, v, new conv tails or None)."""
+    def _project(self, x, segment_ids, cache, *, silu_without_conv):
+        """q, k, v projections of x `[B, T, D]`, through the short convs (SiLU) when the layer has them, else
+        through SiLU alone if `silu_without_conv`. Returns (q, k, v, new conv tails or None)."""
+        q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
+        if not self.use_short_conv:
+            return (*((jax.nn.silu(t) for t in (q, k, v)) if silu_without_conv else (q, k, v)), None)
         tails = cache.conv if cache is not None else (None, None, None)
-        outs = [m(x, docs, tail) for m, x, tail in zip((self.q_conv1d, self.k_conv1d, self.v_conv1d), (q, k, v), tails)]
+        docs = doc_ids(segment_ids, x.shape[0], x.shape[1])
+        outs = [m(t, docs, tail) for m, t, tail in zip((self.q_conv1d, self.k_conv1d, self.v_conv1d), (q, k, v), tails)]
         new_tails = tuple(t.astype(old.dtype) for (_, t), old in zip(outs, tails)) if cache is not None else None
         return outs[0][0], outs[1][0], outs[2][0], new_tails
+
+    def _output(self, o, x, norm, gated):
+        """o_proj(norm(o, g_proj(x))) (norm(o) when not `gated`): `[B, T, H, V]` -> `[B, T, D]`."""
+        o = norm(o, split_heads(self.g_proj(x), self.head_v_dim)) if gated else norm(o)
+        return self.o_proj(o.reshape(*o.shape[:2], -1))
 
     def _read(self, backbone, q, k, args, *, segment_ids, cache):
         """`ops.<backbone>` (or `ops.ccq_<backbone>` when CCQ is on) from the cached state.
@@ -84,10 +96,6 @@ class RecurrentMixer(nnx.Module):
             q, k, *args, self.ccq(q), centered=cfg.centered, normalize_keys=cfg.normalize_keys,
             initial_stats=None if cache is None else cache.stats, output_final_stats=cache is not None, **kw)
         return o, state, stats
-
-    @staticmethod
-    def _docs(segment_ids, x):
-        return doc_ids(segment_ids, x.shape[0], x.shape[1])
 
     @staticmethod
     def _new_cache(cache, state, stats, conv):
