@@ -63,12 +63,13 @@ def delta_states(w, u, k, g, writes, keep, h0, *, chunk, store, interpret):
                   **options)(w, u, k, g, writes, keep, h0)
 
 
-def delta_dstates(q, k, w, do, dv_local, g, reads, writes, keep, dfinal, *, chunk, scale, interpret):
+def delta_dstates(q, k, w, do, dv_local, g, reads, writes, keep, dfinal, *, chunk, scale, store, interpret):
     """The backward pass of the state, from the last chunk to the first.
 
     dv_local: the gradient of v_new through the intra-chunk output (scale A^T do). Per chunk
     (from the end): dv_new = dv_local + k_end dS; dS <- exp(G_last) keep dS + scale (q exp(G) reads)^T do - w^T dv_new.
-    Returns (dS leaving each chunk `[B, N, H, K, V]` fp32, dv_new `[B, Tp, H, V]` fp32, dS_0 fp32).
+    Returns (dS leaving each chunk `[B, N, H, K, V]` and dv_new `[B, Tp, H, V]`, both stored in dtype `store`
+    (fla stores them in the inputs' dtype), dS_0 fp32). The recurrence itself runs in fp32.
     """
     b_, tp, heads, dk = k.shape
     dv = do.shape[-1]
@@ -86,11 +87,11 @@ def delta_dstates(q, k, w, do, dv_local, g, reads, writes, keep, dfinal, *, chun
             n = n_chunks - 1 - i
             t0 = n * chunk
             rows = pl.ds(t0, chunk)
-            dh_ref[b, n, h, ks, vs] = dS
+            dh_ref[b, n, h, ks, vs] = dS.astype(dh_ref.dtype)
             G, G_last = gate_tile(g_ref, "head", b, rows, h, ks), gate_row(g_ref, "head", b, t0 + chunk - 1, h, ks)
             ke = (tile(k_ref, b, rows, h, ks) * to_end(G, G_last, m_ref[b, rows])).astype(dtype)
             dv_new = dvl_ref[b, rows, h, vs] + dot(ke, dS.astype(dtype))
-            dvn_ref[b, rows, h, vs] = dv_new
+            dvn_ref[b, rows, h, vs] = dv_new.astype(dvn_ref.dtype)
             qe = (tile(q_ref, b, rows, h, ks) * from_start(G, r_ref[b, rows])).astype(dtype)
             w_t = w_ref[b, rows, h, ks]
             decay = chunk_decay(G_last, jnp.min(keep_ref[b, rows]))
@@ -99,7 +100,7 @@ def delta_dstates(q, k, w, do, dv_local, g, reads, writes, keep, dfinal, *, chun
 
         dh0_ref[b, h, ks, vs] = jax.lax.fori_loop(0, n_chunks, step, df_ref[b, h, ks, vs].astype(f32))
 
-    outs = (jax.ShapeDtypeStruct((b_, n_chunks, heads, dk, dv), f32), jax.ShapeDtypeStruct(do.shape, f32),
+    outs = (jax.ShapeDtypeStruct((b_, n_chunks, heads, dk, dv), store), jax.ShapeDtypeStruct(do.shape, store),
             jax.ShapeDtypeStruct((b_, heads, dk, dv), f32))
     return launch(kernel, outs, (dv // bv, b_ * heads), interpret=interpret, name="delta_dstates",
                   **options)(q, k, w, do, dv_local, g, reads, writes, keep, dfinal)
