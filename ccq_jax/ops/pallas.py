@@ -26,7 +26,7 @@ from ccq_jax.ops._common import HIGHEST, ccq_correction, ccq_keys
 from ccq_jax.ops.chunk import _doc_masks, _masked_exp, _mm
 from ccq_jax.ops.scan import _diagonal_scan, _fold_initial
 from ccq_jax.ops.types import CCQStats
-from pallas_kernels import delta_rule, triangular
+from pallas_kernels import delta_rule
 from pallas_kernels import linear_attention as la
 from pallas_kernels._tiles import SUB
 
@@ -207,29 +207,6 @@ def ccq_query(q, k, lam, *, centered, normalize_keys, initial_stats, docs, chunk
 # ---- gated delta rule -------------------------------------------------------------------------------
 
 
-_UT_INVERSE = "pallas"
-
-
-@jax.custom_vjp
-def _unit_lower_inverse(a):
-    """T = (I + A)^-1 for strictly lower A `[B, N, H, C, C]` fp32 (`pallas_kernels.triangular`)."""
-    return triangular.unit_lower_inverse(a, interpret=_interpret())
-
-
-def _uli_fwd(a):
-    t = _unit_lower_inverse(a)
-    return t, t
-
-
-def _uli_bwd(t, dt):
-    """dA = -T^T dT T^T on the strictly lower entries (A's only free ones)."""
-    tt = jnp.swapaxes(t, -1, -2)
-    return (jnp.tril(-jnp.matmul(jnp.matmul(tt, dt, precision=HIGHEST), tt, precision=HIGHEST), -1),)
-
-
-_unit_lower_inverse.defvjp(_uli_fwd, _uli_bwd)
-
-
 class _DeltaLocal(NamedTuple):
     """What the gated delta rule computes inside chunks (fp32), given its inputs."""
 
@@ -256,13 +233,11 @@ def _delta_local(q, k, v, g, beta, lay, chunk):
     scores = qk(q, k) * decay_ij
     strict = causal & ~jnp.eye(chunk, dtype=bool)[:, :, None]
     kk = jnp.where(strict, bc[:, :, :, None] * qk(k, k) * decay_ij, 0)
-    # T = (I + A)^-1 once per chunk, then plain batched matmuls
-    if _UT_INVERSE == "xla":
-        eye = jnp.eye(chunk, dtype=f32)
-        inverse = jax.lax.linalg.triangular_solve(jnp.moveaxis(kk, 4, 2) + eye, jnp.broadcast_to(eye, kk.shape[:2] + (
-            h, chunk, chunk)), left_side=True, lower=True, unit_diagonal=True)  # [B, N, H, C, C]
-    else:
-        inverse = _unit_lower_inverse(jnp.moveaxis(kk, 4, 2))
+    eye = jnp.eye(chunk, dtype=f32)
+    # T = (I + A)^-1 once per chunk (a C x C right-hand side), then plain batched matmuls. A blocked
+    # forward-substitution Pallas kernel with a matmul VJP measured the same on the H200 (5.35 ms GDN fwd+bwd).
+    inverse = jax.lax.linalg.triangular_solve(jnp.moveaxis(kk, 4, 2) + eye, jnp.broadcast_to(eye, kk.shape[:2] + (
+        h, chunk, chunk)), left_side=True, lower=True, unit_diagonal=True)  # [B, N, H, C, C]
     apply = lambda rhs: jnp.einsum("bnhij,bnjhd->bnihd", inverse, rhs, precision=HIGHEST)
     u = apply(bc[..., None] * vc)
     w = apply(kc * (bc * jnp.exp(G) * reads)[..., None])
