@@ -1,80 +1,58 @@
 """Documents for evaluation from local .txt/.jsonl/.parquet files (a file, folder or glob) or a HF dataset.
 
-Local paths come first; a name that is not a local path is treated as a Hugging Face dataset id
-and loaded with `datasets.load_dataset`. Air-gapped: pre-populate the HF cache and set
-`HF_DATASETS_OFFLINE=1 HF_HUB_OFFLINE=1`, or point at local files.
+A thin layer over `ccq_jax.documents` (the readers training uses too): each local file is read
+by its suffix, and a .txt file is ONE document (training can also split text into paragraphs).
+A folder is searched recursively for the three suffixes; a file or a glob's matches are taken
+as named and must have one of them. jsonl/parquet/HF documents are the string field `column`.
+
+A glob, or an existing path that is not a `Dataset.save_to_disk` folder, is local; anything
+else (such a folder, or a name) is loaded as a Hugging Face dataset with
+`datasets.load_from_disk` / `datasets.load_dataset`. Air-gapped: pre-populate the HF cache and
+set `HF_DATASETS_OFFLINE=1 HF_HUB_OFFLINE=1`, or point at local files.
 """
 
-import difflib
-import glob
-import os
+import itertools
 from pathlib import Path
 
-from eval.records import read_jsonl
+from ccq_jax.documents import (
+    SUFFIXES,
+    ArgNames,
+    HFDataset,
+    expand_paths,
+    file_source,
+    is_saved_dataset,
+    load_hf_dataset,
+)
 
-SUFFIXES = (".txt", ".jsonl", ".parquet")
-
-
-def _missing_column(column: str, names: list[str], where: str) -> ValueError:
-    close = difflib.get_close_matches(column, names, n=1)
-    hint = f"; did you mean {close[0]!r}?" if close else ""
-    return ValueError(f"column: {where} has no field {column!r} (fields: {sorted(names)}){hint}")
-
-
-def _column(records: list[dict], column: str, where: str) -> list[str]:
-    for i, rec in enumerate(records):
-        if column not in rec:
-            raise _missing_column(column, list(rec), f"{where} record {i}")
-    return [str(rec[column]) for rec in records]
+ARG_NAMES = ArgNames(paths="source", field="column", dataset="source", split="split")
 
 
-def _read_file(path: Path, column: str) -> list[str]:
-    if path.suffix == ".txt":
-        return [path.read_text(encoding="utf-8")]
-    if path.suffix == ".jsonl":
-        return _column(read_jsonl(path), column, str(path))
-    import pyarrow.parquet as pq
+def _is_local(source: str) -> bool:
+    path = Path(source)
+    return any(ch in source for ch in "*?[") or (path.exists() and not is_saved_dataset(path))
 
-    names = pq.read_schema(path).names
-    if column not in names:
-        raise _missing_column(column, names, str(path))
-    return [str(x) for x in pq.read_table(path, columns=[column]).column(column).to_pylist()]
+
+def _kind(path: Path) -> str | None:
+    """The key of `SUFFIXES` whose suffix `path` has, or None."""
+    return next((kind for kind, suffix in SUFFIXES.items() if path.name.endswith(suffix)), None)
 
 
 def local_files(source: str) -> list[Path]:
-    """The supported files `source` names (a file, a folder searched recursively, or a glob), sorted; [] if none exist."""
-    if any(ch in source for ch in "*?["):
-        paths = [Path(p) for p in glob.glob(source, recursive=True)]
-    elif os.path.isdir(source):
-        paths = [p for p in Path(source).rglob("*") if p.is_file()]
-    elif os.path.isfile(source):
-        if Path(source).suffix not in SUFFIXES:
-            raise ValueError(f"source: {source} is not one of {', '.join(SUFFIXES)}")
-        return [Path(source)]
-    else:
+    """The .txt/.jsonl/.parquet files `source` names (a file, a folder searched recursively, or a glob), sorted.
+
+    [] when `source` is not local (then it names a HF dataset); ValueError when it is local but
+    matches no file, or names a file of another kind.
+    """
+    if not _is_local(source):
         return []
-    return sorted(p for p in paths if p.suffix in SUFFIXES)
-
-
-def _load_hub(source: str, *, column: str, split: str, config: str | None) -> list[str]:
-    try:
-        import datasets
-    except ImportError as e:
-        raise ValueError(
-            f"source: {source!r} is not a local file, folder or glob, and the `datasets` package needed to load it "
-            "as a Hugging Face dataset is not installed"
-        ) from e
-    try:
-        ds = datasets.load_dataset(source, config, split=split)
-    except Exception as e:
-        raise ValueError(
-            f"source: {source!r} is not a local .txt/.jsonl/.parquet file, folder or glob, and loading it as a "
-            f"Hugging Face dataset (config={config!r}, split={split!r}) failed: {type(e).__name__}: {e}. Offline, "
-            "pre-populate the HF cache and set HF_DATASETS_OFFLINE=1 HF_HUB_OFFLINE=1, or pass local files."
-        ) from e
-    if column not in ds.column_names:
-        raise _missing_column(column, ds.column_names, source)
-    return [str(x) for x in ds[column]]
+    files = expand_paths([source], tuple(SUFFIXES.values()), ARG_NAMES)
+    for path in files:
+        if _kind(path) is None:
+            raise ValueError(
+                f"source: {str(path)!r} is not one of {', '.join(SUFFIXES.values())} "
+                "(name a folder to read only those files)"
+            )
+    return files
 
 
 def load_texts(
@@ -82,14 +60,16 @@ def load_texts(
 ) -> list[str]:
     """Documents (strings) from local files or a HF dataset; a .txt file is one document.
 
-    column: the field of .jsonl records / the parquet or HF column. split/config: HF only.
-    limit: keep the first `limit` documents.
+    column: the string field of .jsonl records / the parquet or HF column. split/config: HF only.
+    limit: keep the first `limit` documents (later files are not read).
     """
+    if limit is not None and limit < 0:
+        raise ValueError(f"limit: expected a count >= 0 or None, got {limit}")
     files = local_files(source)
     if files:
-        texts = [t for p in files for t in _read_file(p, column)]
-    elif Path(source).exists() or any(ch in source for ch in "*?["):
-        raise ValueError(f"source: {source} holds no {', '.join(SUFFIXES)} file")
+        sources = (file_source(_kind(p), [p], field=column, text_split="file", names=ARG_NAMES) for p in files)
     else:
-        texts = _load_hub(source, column=column, split=split, config=config)
-    return texts[:limit] if limit is not None else texts
+        dataset = load_hf_dataset(source, config=config, split=split, names=ARG_NAMES)
+        sources = iter([HFDataset(dataset, column, ARG_NAMES)])
+    documents = (src[i] for src in sources for i in range(len(src)))
+    return list(itertools.islice(documents, limit))

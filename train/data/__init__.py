@@ -5,7 +5,7 @@
     it = iter(pipeline.dataset)   # grain DatasetIterator: next(it), it.get_state(), it.set_state(s)
     batch = next(it)              # int32 [B_local, T]: input_ids, targets, segment_ids, positions, loss_mask
 
-Modules: config (DataConfig + task configs, built with `ccq_jax.configlib`), sources (text/jsonl/parquet/HF),
+Modules: config (DataConfig + task configs, built with `ccq_jax.configlib`), sources (text/jsonl/parquet/HF, read by `ccq_jax.documents`),
 shards (ArrayRecord format), synthetic (MQAR, needle), packing, pipeline, recall (accuracy),
 prepare (the ccq-prepare-data CLI).
 """
