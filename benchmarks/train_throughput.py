@@ -10,6 +10,8 @@ a fresh batch of random tokens per step. After `--warmup` compiled steps, `--ste
 timed end to end (device synchronised). MFU counts 6 N FLOPs per token against `--peak-tflops`
 (dense bf16 of an H100/H200: 989). Results go to stdout as a table and, with --out, as JSON
 lines; a preset that fails (e.g. out of memory) gets a row with its error and the others still run.
+`--memory-only` compiles the step on the current backend and reports XLA's planned buffers instead
+(what `--loss-chunk-len` or `--remat` saves can be read off on a CPU before a GPU run).
 """
 
 import argparse
@@ -26,7 +28,8 @@ from train.sharding import MeshConfig, make_mesh
 from train.step import compile_steps, init_state, make_eval_step, make_train_step
 
 
-def measure(preset, batch_size, seqlen, steps, warmup, peak_tflops, attn_impl, param_dtype="float32", remat=False):
+def measure(preset, batch_size, seqlen, steps, warmup, peak_tflops, attn_impl, param_dtype="float32", remat=False,
+            loss_chunk_len=0, memory_only=False):
     overrides = dict(dtype="bfloat16", param_dtype=param_dtype, remat=remat)
     if attn_impl and not preset.startswith("transformer"):
         overrides["attn_impl"] = attn_impl
@@ -34,8 +37,9 @@ def measure(preset, batch_size, seqlen, steps, warmup, peak_tflops, attn_impl, p
     mesh = make_mesh(MeshConfig())
     optimizer = make_optimizer(OptimConfig(lr=1e-4, warmup_steps=0), steps + warmup)
     graphdef, others, state = init_state(cfg, optimizer, mesh, seed=0)
-    train_step, _ = compile_steps(make_train_step(graphdef, others, optimizer, grad_accum=1, skip_nonfinite=False),
-                                  make_eval_step(graphdef, others), state, mesh)
+    train_step, _ = compile_steps(make_train_step(graphdef, others, optimizer, grad_accum=1, skip_nonfinite=False,
+                                                  loss_chunk_len=loss_chunk_len),
+                                  make_eval_step(graphdef, others, loss_chunk_len), state, mesh)
     rng = np.random.default_rng(0)
 
     def batch():  # fresh for every step: a repeated batch is memorised within a few steps
@@ -44,6 +48,13 @@ def measure(preset, batch_size, seqlen, steps, warmup, peak_tflops, attn_impl, p
                 "loss_mask": np.ones((batch_size, seqlen), np.int32)}
         return jax.device_put({k: jnp.asarray(v) for k, v in data.items()})
 
+    settings = {"attn_impl": attn_impl or "default", "param_dtype": param_dtype, "remat": remat,
+                "loss_chunk_len": loss_chunk_len}
+    if memory_only:
+        mem = train_step.lower(state, batch()).compile().memory_analysis()
+        gib = lambda n: n / 2**30
+        return {"preset": preset, "params_M": count_params(cfg) / 1e6, "arguments_GiB": gib(mem.argument_size_in_bytes),
+                "temporaries_GiB": gib(mem.temp_size_in_bytes), "backend": jax.default_backend(), **settings}
     batches = [batch() for _ in range(warmup + steps)]
     begin = time.perf_counter()
     for i, data in enumerate(batches[:warmup]):
@@ -60,8 +71,7 @@ def measure(preset, batch_size, seqlen, steps, warmup, peak_tflops, attn_impl, p
     stats = jax.local_devices()[0].memory_stats() or {}
     return {"preset": preset, "params_M": n / 1e6, "step_ms": 1e3 * seconds, "tokens_per_s": tokens_per_s,
             "mfu": 6 * n * tokens_per_s / (peak_tflops * 1e12) if peak_tflops else None,
-            "peak_GiB": stats.get("peak_bytes_in_use", 0) / 2**30, "loss": float(metrics["loss"]),
-            "attn_impl": attn_impl or "default", "param_dtype": param_dtype, "remat": remat}
+            "peak_GiB": stats.get("peak_bytes_in_use", 0) / 2**30, "loss": float(metrics["loss"]), **settings}
 
 
 def main(argv=None):
@@ -75,13 +85,16 @@ def main(argv=None):
     p.add_argument("--attn-impl", default=None, help="ops impl for the linear models (default: the preset's)")
     p.add_argument("--param-dtype", default="float32", choices=["float32", "bfloat16"])
     p.add_argument("--remat", action="store_true", help="recompute each block in the backward pass")
+    p.add_argument("--loss-chunk-len", type=int, default=0, help="LM head + loss this many positions at a time")
+    p.add_argument("--memory-only", action="store_true",
+                   help="compile the step and report XLA's buffer sizes (arguments, temporaries) without running it")
     p.add_argument("--out", default=None)
     a = p.parse_args(argv)
     rows = []
     for preset in a.presets:
         try:
             row = measure(preset, a.batch, a.seqlen, a.steps, a.warmup, a.peak_tflops, a.attn_impl, a.param_dtype,
-                          a.remat)
+                          a.remat, a.loss_chunk_len, a.memory_only)
         except Exception as err:  # report it and go on with the other presets
             row = {"preset": preset, "error": f"{type(err).__name__}: {str(err)[:300]}"}
         rows.append(row)
@@ -89,6 +102,12 @@ def main(argv=None):
         if a.out:
             with open(a.out, "a") as f:
                 f.write(json.dumps(row) + "\n")
+    if a.memory_only:
+        print(f"\n{'preset':16s} {'loss chunk':>10s} {'arguments GiB':>14s} {'temporaries GiB':>16s}")
+        for r in rows:
+            print(f"{r['preset']:16s} failed: {r['error'][:100]}" if "error" in r else
+                  f"{r['preset']:16s} {r['loss_chunk_len']:10d} {r['arguments_GiB']:14.2f} {r['temporaries_GiB']:16.2f}")
+        return
     print(f"\n{'preset':16s} {'params':>8s} {'step ms':>9s} {'tokens/s':>10s} {'MFU':>6s} {'peak GiB':>9s}")
     for r in rows:
         if "error" in r:

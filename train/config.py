@@ -33,13 +33,14 @@ class TrainConfig:
     async_checkpoint: bool = True
     on_nan: Literal["stop", "skip"] = "stop"
     peak_tflops: float = 0.0  # per device, for MFU; 0 = the device's known peak or no MFU
+    loss_chunk_len: int = 0  # positions per slice of the LM head + loss (train.loss); 0 = all at once
 
     def __post_init__(self):
         configlib.check_field_types(self)
         for name in ("steps", "grad_accum", "log_every"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}: expected >= 1, got {getattr(self, name)}")
-        for name in ("eval_batches", "checkpoint_every", "keep_checkpoints"):
+        for name in ("eval_batches", "checkpoint_every", "keep_checkpoints", "loss_chunk_len"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name}: expected >= 0, got {getattr(self, name)}")
         if self.data.batch_size % self.grad_accum:

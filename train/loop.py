@@ -107,8 +107,9 @@ def _train(cfg: TrainConfig, workdir: pathlib.Path, progress: bool, preempted: _
     optimizer = make_optimizer(cfg.optim, cfg.steps)
     graphdef, others, state = init_state(mcfg, optimizer, mesh, cfg.seed)
     train_step, eval_step = compile_steps(
-        make_train_step(graphdef, others, optimizer, grad_accum=cfg.grad_accum, skip_nonfinite=cfg.on_nan == "skip"),
-        make_eval_step(graphdef, others), state, mesh)
+        make_train_step(graphdef, others, optimizer, grad_accum=cfg.grad_accum, skip_nonfinite=cfg.on_nan == "skip",
+                        loss_chunk_len=cfg.loss_chunk_len),
+        make_eval_step(graphdef, others, cfg.loss_chunk_len), state, mesh)
     n_params = count_params(mcfg)
 
     it = iter(pipeline.dataset)

@@ -4,7 +4,8 @@ The state is a pytree `TrainState(params, opt_state, step)`; the model's graph d
 stays static. `compile_steps` jits the step with `in_shardings`/`out_shardings` taken from
 the state itself and donates the old state. Gradient accumulation scans over microbatches;
 the loss is the mean next-token NLL over `loss_mask` (targets never cross documents, so
-packed batches are handled by the data and the model's `segment_ids`).
+packed batches are handled by the data and the model's `segment_ids`), optionally formed a
+slice of positions at a time (`loss_chunk_len`, `train.loss`).
 """
 
 from typing import NamedTuple
@@ -15,7 +16,7 @@ import optax
 from flax import nnx
 
 from ccq_jax.models import CausalLM, abstract_model
-from train.data.recall import recall_counts
+from train.loss import loss_sums
 from train.sharding import batch_sharding, replicated, state_shardings
 
 
@@ -53,22 +54,19 @@ def init_state(model_cfg, optimizer, mesh, seed: int):
     return graphdef, others, TrainState(params, opt_state, step)
 
 
-def lm_loss(graphdef, params, others, batch):
-    """(sum of masked NLL, (number of scored tokens, recall correct, recall scored))."""
+def lm_loss(graphdef, params, others, batch, loss_chunk_len=0):
+    """(sum of masked NLL, (number of scored tokens, recall correct, recall scored)); see `train.loss`."""
     model = nnx.merge(graphdef, params, others)
-    logits = model(batch["input_ids"], segment_ids=batch["segment_ids"])
-    nll = optax.softmax_cross_entropy_with_integer_labels(logits, batch["targets"])
-    mask = batch["loss_mask"].astype(jnp.float32)
-    correct, scored = recall_counts(logits, batch)
-    return jnp.sum(nll * mask), (jnp.sum(mask), correct, scored)
+    x, _ = model.hidden_states(batch["input_ids"], segment_ids=batch["segment_ids"])
+    return loss_sums(x, model.head(), model.config.compute_dtype, batch, loss_chunk_len)
 
 
 def _microbatches(batch, n):
     return jax.tree.map(lambda x: x.reshape(n, x.shape[0] // n, *x.shape[1:]), batch)
 
 
-def make_train_step(graphdef, others, optimizer, *, grad_accum: int, skip_nonfinite: bool):
-    grad_fn = jax.value_and_grad(lambda p, b: lm_loss(graphdef, p, others, b), has_aux=True)
+def make_train_step(graphdef, others, optimizer, *, grad_accum: int, skip_nonfinite: bool, loss_chunk_len: int = 0):
+    grad_fn = jax.value_and_grad(lambda p, b: lm_loss(graphdef, p, others, b, loss_chunk_len), has_aux=True)
 
     def step(state: TrainState, batch):
         def accumulate(carry, micro):
@@ -95,9 +93,9 @@ def make_train_step(graphdef, others, optimizer, *, grad_accum: int, skip_nonfin
     return step
 
 
-def make_eval_step(graphdef, others):
+def make_eval_step(graphdef, others, loss_chunk_len: int = 0):
     def evaluate(params, batch):
-        loss_sum, (tokens, correct, scored) = lm_loss(graphdef, params, others, batch)
+        loss_sum, (tokens, correct, scored) = lm_loss(graphdef, params, others, batch, loss_chunk_len)
         return {"loss_sum": loss_sum, "tokens": tokens, "recall_correct": correct, "recall_scored": scored}
 
     return evaluate

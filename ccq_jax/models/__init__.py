@@ -9,7 +9,7 @@
 """
 
 from ccq_jax.layers.ccq import CCQConfig
-from ccq_jax.models.causal_lm import Block, CausalLM
+from ccq_jax.models.causal_lm import Block, CausalLM, lm_logits
 from ccq_jax.models.config import (
     FAMILIES, GatedDeltaNetConfig, GLAConfig, LinearAttentionConfig, ModelConfig, TransformerConfig, config_from_dict,
 )
@@ -18,4 +18,4 @@ from ccq_jax.models.presets import PRESETS, get_config
 
 __all__ = ["Block", "CCQConfig", "CausalLM", "FAMILIES", "GLAConfig", "GatedDeltaNetConfig", "LinearAttentionConfig",
            "ModelConfig", "PRESETS", "TransformerConfig", "abstract_model", "config_from_dict", "count_params",
-           "get_config", "with_config", "with_dtype"]
+           "get_config", "lm_logits", "with_config", "with_dtype"]

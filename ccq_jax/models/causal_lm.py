@@ -4,7 +4,8 @@ Module paths follow fla's state_dict without the `model.` prefix: `embeddings`,
 `layers.{i}.attn_norm`, `layers.{i}.attn` (the mixer), `layers.{i}.mlp_norm`, `layers.{i}.mlp`,
 `norm`, `lm_head` (absent with tied embeddings). `model(input_ids, segment_ids=None)` returns
 fp32 logits; with `cache=` it also returns the updated cache (prefill and decoding run this
-same forward; see `ccq_jax.inference`).
+same forward; see `ccq_jax.inference`). `hidden_states`, `head` and `lm_logits` are the same
+forward in two parts, for losses that apply the head a slice of positions at a time.
 """
 
 import jax
@@ -89,6 +90,12 @@ class CausalLM(nnx.Module):
         segment_ids [B, T] (integers) marks packed documents: nothing crosses a change of id.
         A cache (`ccq_jax.inference.init_cache`) continues its document at position 0.
         """
+        x, new_cache = self.hidden_states(input_ids, segment_ids, cache)
+        logits = lm_logits(x, self.head(), self.config.compute_dtype)
+        return logits if cache is None else (logits, new_cache)
+
+    def hidden_states(self, input_ids: jax.Array, segment_ids: jax.Array | None = None, cache: tuple | None = None):
+        """The final-norm hidden states [B, T, D] that the LM head reads, and the new cache (None without one)."""
         input_ids = _check_ids("input_ids", input_ids)
         if segment_ids is not None:
             segment_ids = _check_ids("segment_ids", segment_ids, input_ids.shape)
@@ -102,7 +109,16 @@ class CausalLM(nnx.Module):
             else:
                 x, layer_cache = layer(x, segment_ids, None if cache is None else cache[i])
             new_cache.append(layer_cache)
-        x = self.norm(x)
-        logits = self.embeddings.attend(x) if self.config.tie_word_embeddings else self.lm_head(x)
-        logits = logits.astype(jnp.float32)
-        return logits if cache is None else (logits, tuple(new_cache))
+        return self.norm(x), (None if cache is None else tuple(new_cache))
+
+    def head(self) -> jax.Array:
+        """The LM head as a [D, vocab] matrix (the embedding table, transposed, with tied embeddings)."""
+        return self.embeddings.embedding[...].T if self.config.tie_word_embeddings else self.lm_head.kernel[...]
+
+
+def lm_logits(x: jax.Array, head: jax.Array, dtype) -> jax.Array:
+    """fp32 logits of hidden states x [..., D] against `head` [D, vocab], the product in `dtype` (None: the
+    promoted type of the two), as `nnx.Linear` and `nnx.Embed.attend` compute it."""
+    if dtype is not None:
+        x, head = x.astype(dtype), head.astype(dtype)
+    return jnp.dot(x, head).astype(jnp.float32)

@@ -1,6 +1,7 @@
 """The jitted train step on its own: it keeps the state's dtypes (bf16 parameters, fla's recipe, get bf16 gradients
 and optimizer moments, so the step neither recompiles at its second call nor promotes the optimizer state to fp32),
-and with skip_nonfinite a non-finite step leaves the state as it was but for the step count."""
+with skip_nonfinite a non-finite step leaves the state as it was but for the step count, and a loss formed a slice
+of positions at a time (loss_chunk_len) takes the same step as the whole."""
 
 import jax
 import jax.numpy as jnp
@@ -13,15 +14,15 @@ from train.sharding import MeshConfig, make_mesh
 from train.step import compile_steps, init_state, make_eval_step, make_train_step
 
 
-def _step_and_state(param_dtype, grad_accum=1, skip_nonfinite=False):
-    cfg = get_config("gla-tiny", num_hidden_layers=1, hidden_size=32, vocab_size=64, dtype="bfloat16",
+def _step_and_state(param_dtype, grad_accum=1, skip_nonfinite=False, loss_chunk_len=0, dtype="bfloat16"):
+    cfg = get_config("gla-tiny", num_hidden_layers=1, hidden_size=32, vocab_size=64, dtype=dtype,
                      param_dtype=param_dtype)
     mesh = make_mesh(MeshConfig())
     optimizer = make_optimizer(OptimConfig(lr=1e-3, warmup_steps=0), 4)
     graphdef, others, state = init_state(cfg, optimizer, mesh, seed=0)
     train_step, _ = compile_steps(make_train_step(graphdef, others, optimizer, grad_accum=grad_accum,
-                                                  skip_nonfinite=skip_nonfinite), make_eval_step(graphdef, others),
-                                  state, mesh)
+                                                  skip_nonfinite=skip_nonfinite, loss_chunk_len=loss_chunk_len),
+                                  make_eval_step(graphdef, others, loss_chunk_len), state, mesh)
     return train_step, state
 
 
@@ -52,3 +53,15 @@ def test_skip_nonfinite_keeps_the_previous_state():
     assert not bool(metrics["finite"]) and int(after.step) == int(before.step) + 1
     same = lambda a, b: np.array_equal(a, b, equal_nan=True)
     assert all(jax.tree.leaves(jax.tree.map(same, (after.params, after.opt_state), (before.params, before.opt_state))))
+
+
+def test_sliced_loss_takes_the_same_step():
+    (step_whole, state), (step_sliced, _) = (_step_and_state("float32", loss_chunk_len=n, dtype="float32")
+                                             for n in (0, 5))
+    copy = jax.tree.map(jnp.copy, state)  # each step donates the state it is given
+    whole, m_whole = step_whole(state, _batch())
+    sliced, m_sliced = step_sliced(copy, _batch())
+    np.testing.assert_allclose(float(m_sliced["loss"]), float(m_whole["loss"]), rtol=1e-6)
+    np.testing.assert_allclose(float(m_sliced["grad_norm"]), float(m_whole["grad_norm"]), rtol=1e-5)
+    for a, b in zip(jax.tree.leaves(sliced.params), jax.tree.leaves(whole.params)):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-7)

@@ -125,6 +125,7 @@ def test_non_finite_steps_are_skipped_and_reported(tmp_path, capsys):
     ({"grad_accum": 3}, r"grad_accum: must divide data\.batch_size=32"),
     ({"on_nan": "ignore"}, r"on_nan: expected Literal\['stop', 'skip'\]"),
     ({"mesh.data": 0}, r"mesh: axis sizes must be positive or -1"),
+    ({"loss_chunk_len": -1}, r"loss_chunk_len: expected >= 0, got -1"),
 ])
 def test_config_errors(overrides, match):
     with pytest.raises(ValueError, match=match):
