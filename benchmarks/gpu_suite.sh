@@ -7,8 +7,9 @@
 #   check    GPU 0: the full-size Pallas tests; GPU 1: 1.3B parity, fp32 (IEEE) then bf16, gla beside gdn
 #   kernels  GPU 0: benchmarks/kernels.py (ours, then fla) at T = 4096 and 16384
 #   train    GPU 0: our 1.3B presets, one process each, about 2.5 minutes apiece, so two per call (PRESETS,
-#            default "ccq-gla-1.3b gla-1.3b"; then PRESETS="ccq-gdn-1.3b gdn-1.3b"); GPU 1: fla's anchor
-#            models() (../shared/anchors/fla_baseline.py, copied to .whl/)
+#            default "ccq-gla-1.3b gla-1.3b"; then PRESETS="ccq-gdn-1.3b gdn-1.3b"; TRAIN_ARGS, e.g.
+#            "--loss-chunk-len 1024", goes to train_throughput.py); GPU 1: fla's anchor models()
+#            (../shared/anchors/fla_baseline.py, copied to .whl/), each model's result printed as it lands
 #
 # fla's Triton autotuning results are cached in $TRITON_CACHE_DIR (default /tmp/tcache), seeded from
 # .whl/tcache.tgz when that exists and written to OUTDIR/tcache.tgz: copy it to .whl/ to skip minutes of
@@ -34,13 +35,23 @@ check)
 kernels)
   on 0 python3 benchmarks/kernels.py --seqlens 4096 16384 --impls pallas --out "$OUT/kernels.json" ;;
 train)
-  ( cd .whl && on 1 python3 -c "import json, fla_baseline as f; r = {}; f.models(4, 4096, r); print(json.dumps(r))" \
-      > "$OUT/fla_models.log" 2>&1 ) &
+  # fla's models() fills its dict model by model: print each result as it lands, so a time limit keeps the first
+  ( cd .whl && on 1 python3 -c "
+import json, threading, fla_baseline as f
+r, shown = {}, set()
+t = threading.Thread(target=f.models, args=(4, 4096, r), daemon=True)
+t.start()
+while t.is_alive() or shown != set(r):
+    t.join(5)
+    for key in sorted(set(r) - shown):
+        shown.add(key)
+        print(json.dumps({key: r[key]}), flush=True)
+" > "$OUT/fla_models.log" 2>&1 ) &
   for preset in ${PRESETS:-ccq-gla-1.3b gla-1.3b}; do
     on 0 python3 benchmarks/train_throughput.py --presets $preset --attn-impl pallas --param-dtype bfloat16 \
-      --out "$OUT/train.jsonl" 2>&1 | tail -1
+      ${TRAIN_ARGS:-} --out "$OUT/train.jsonl" 2>&1 | tail -1
   done
-  wait; tail -1 "$OUT/fla_models.log" ;;
+  wait; cat "$OUT/fla_models.log" ;;
 *) echo "unknown stage $STAGE (check, kernels, train)"; exit 2 ;;
 esac
 (cd "$TRITON_CACHE_DIR" && find . -name "*.autotune.json" -print0 | tar czf "$OUT/tcache.tgz" --null -T -)
