@@ -173,5 +173,5 @@ def load_yaml(path) -> dict[str, Any]:
     with open(path) as f:
         data = yaml.safe_load(f) or {}
     if not isinstance(data, dict):
-        raise ValueError(f"{path}: expected a YAML mapping at the top level")
+        raise ValueError(f"{path}: expected a YAML mapping at the top level, got {type(data).__name__}")
     return data

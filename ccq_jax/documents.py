@@ -140,12 +140,13 @@ class JsonlFiles(_SpanSource):
         text = record.get(self._field) if isinstance(record, dict) else None
         if not isinstance(text, str):
             if isinstance(record, dict):
-                keys, hint = sorted(record), suggestion(self._field, [k for k in record if k != self._field])
+                has = f"it has {sorted(record)}"
+                hint = suggestion(self._field, [k for k in record if k != self._field])
             else:
-                keys, hint = type(record).__name__, ""
+                has, hint = f"it is a {type(record).__name__}, not a JSON object", ""
             raise ValueError(
                 f"{self._names.field}: the record at byte {start} of {str(path)!r} has no string field "
-                f"{self._field!r} (it has {keys}){hint}"
+                f"{self._field!r} ({has}){hint}"
             )
         return text
 

@@ -11,6 +11,7 @@ import argparse
 import json
 import pathlib
 
+from ccq_jax import checks as check
 from ccq_jax.configlib import check_choice
 from eval import delta_mu, niah
 from eval.longbench import DATASET2METRIC, PAPER_TASKS, predict_dataset, score_predictions
@@ -65,7 +66,7 @@ def run_ppl(ctx: Context):
     a = ctx.args
     texts = _texts(a)
     text = a.separator.join(texts)
-    stride = a.stride or max(1, a.window // 2)
+    stride = a.stride if a.stride is not None else max(1, a.window // 2)
     res = windowed_perplexity(ctx.tokenizer.encode(text), ctx.runner(prefix=False).logits, window=a.window,
                               stride=stride, batch_size=a.batch_size, bos_id=ctx.tokenizer.document_start,
                               num_bytes=len(text.encode("utf-8")), progress=ctx.progress)
@@ -89,6 +90,7 @@ def _add_extrapolation(p):
 
 def run_extrapolation(ctx: Context):
     a = ctx.args
+    check.integer("--num-sequences", a.num_sequences, minimum=1, optional=True)
     eos = [ctx.tokenizer.eos_id] if a.pack else []
     docs = [ctx.tokenizer.encode(t) + eos for t in _texts(a)]
     longest = max(a.lengths)
@@ -204,12 +206,14 @@ def _add_longbench(p):
 
 def _longbench_inputs(a) -> tuple[dict, dict, dict]:
     """(records, prompt formats, generation lengths) per dataset, all checked before the model runs."""
+    check.integer("--limit", a.limit, minimum=1, optional=True)
     data_dir = pathlib.Path(a.data_dir)
     config_dir = pathlib.Path(a.config_dir or a.data_dir)
+    arg = "--config-dir" if a.config_dir else "--config-dir (default: --data-dir)"
     configs = []
     for name in ("dataset2prompt.json", "dataset2maxlen.json"):
         if not (config_dir / name).is_file():
-            raise ValueError(f"--config-dir: {config_dir} lacks LongBench's {name} (from LongBench's config/ folder)")
+            raise ValueError(f"{arg}: {config_dir} lacks LongBench's {name} (from LongBench's config/ folder)")
         configs.append(json.loads((config_dir / name).read_text(encoding="utf-8")))
     missing = [d for d in a.datasets if not (data_dir / f"{d}.jsonl").is_file()]
     missing += [f"{d} (config)" for d in a.datasets if d not in configs[0] or d not in configs[1]]

@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
+from ccq_jax import checks as check
 from eval.longbench_metrics import (
     classification_score,
     code_sim_score,
@@ -83,7 +84,7 @@ def score_prediction(dataset: str, prediction: str, answers: list[str], all_clas
 def score_dataset(dataset: str, records: list[dict]) -> float:
     """A task's score: mean over `{"pred", "answers", "all_classes"}` records x 100, rounded to 2 decimals."""
     if not records:
-        raise ValueError(f"records: no prediction for {dataset}")
+        raise ValueError(f"records: expected at least one prediction record for {dataset}, got none")
     scores = [score_prediction(dataset, r["pred"], r["answers"], r.get("all_classes")) for r in records]
     return round(100 * float(np.mean(scores)), 2)
 
@@ -99,7 +100,10 @@ def _with_answers(pred_records: list[dict], data_file: Path | None, where: str) 
     by_id = {r["_id"]: r for r in read_jsonl(data_file)}
     missing = [r.get("_id") for r in pred_records if r.get("_id") not in by_id]
     if missing:
-        raise ValueError(f"{where}: {len(missing)} predictions have no matching '_id' in {data_file}, e.g. {missing[0]!r}")
+        raise ValueError(
+            f"pred_dir: {where} has {len(missing)} predictions with no matching '_id' in {data_file}, "
+            f"e.g. {missing[0]!r}"
+        )
     return [by_id[r["_id"]] | {"pred": r["pred"]} for r in pred_records]
 
 
@@ -124,6 +128,7 @@ def score_predictions(pred_dir, *, data_dir=None, datasets=PAPER_TASKS) -> dict:
 
 def truncate_middle(tokenizer: Tokenizer, prompt: str, max_length: int) -> list[int]:
     """LongBench's middle truncation: a prompt over `max_length` tokens keeps the decoded first and last halves."""
+    check.integer("max_length", max_length, minimum=2)  # below 2 the halves are empty and ids[-0:] is everything
     ids = tokenizer.encode(prompt)
     if len(ids) <= max_length:
         return ids

@@ -36,6 +36,7 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
+from ccq_jax import checks as check
 from eval.builtin_text import ADJECTIVES, ESSAY, NOUNS
 from eval.plots import heatmap
 from eval.protocols import GenerateFn, Tokenizer, check_tokenizer, cut_at_eos
@@ -185,9 +186,13 @@ def generate_samples(
     if task not in TASKS:
         raise ValueError(f"task: expected one of {sorted(TASKS)}, got {task!r}")
     check_tokenizer(tokenizer)
+    if not len(lengths) or not len(depths):
+        raise ValueError(f"lengths, depths: expected at least one of each, got {list(lengths)} and {list(depths)}")
     for d in depths:
         if not 0 <= d <= 100:
             raise ValueError(f"depths: each must be a percentage in [0, 100], got {d}")
+    check.integer("num_samples", num_samples, minimum=1)
+    check.integer("tokens_to_generate", tokens_to_generate, minimum=0)
     spec = TASKS[task]
     words = essay_words(essay_dir) if spec.haystack == "essay" else []
     type_v = spec.type_needle_v[:-1]  # the template's singular: one needle, one query

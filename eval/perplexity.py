@@ -155,10 +155,10 @@ def streaming_nll(
     with rows of zeros; padding only follows real tokens, so a causal model's scores are unchanged).
     """
     seqs = np.asarray(sequences)
-    if seqs.ndim != 2 or seqs.shape[1] < 2 or not np.issubdtype(seqs.dtype, np.integer):
-        raise ValueError(f"sequences: expected integer [N, T] with T >= 2, got {seqs.dtype} {seqs.shape}")
-    if chunk_size < 1 or batch_size < 1:
-        raise ValueError(f"chunk_size, batch_size: expected integers >= 1, got {chunk_size}, {batch_size}")
+    if seqs.ndim != 2 or seqs.shape[0] < 1 or seqs.shape[1] < 2 or not np.issubdtype(seqs.dtype, np.integer):
+        raise ValueError(f"sequences: expected integer [N, T] with N >= 1 and T >= 2, got {seqs.dtype} {seqs.shape}")
+    check.integer("chunk_size", chunk_size, minimum=1)
+    check.integer("batch_size", batch_size, minimum=1)
     n, length = seqs.shape
     nll_sum = np.zeros(length - 1, np.float64)
     num_chunks = -(-(length - 1) // chunk_size)  # chunks of inputs 0..T-2 (the last token is only a target)

@@ -11,7 +11,8 @@ import pathlib
 from typing import Any, Callable
 
 from ccq_jax.checkpoints import ModelBundle, load_checkpoint, load_fla, random_model
-from ccq_jax.models import with_config
+from ccq_jax.configlib import check_choice
+from ccq_jax.models import PRESETS, with_config
 from eval.models import ModelRunner, TextTokenizer
 from eval.records import write_json
 
@@ -52,6 +53,7 @@ def load_model(args: argparse.Namespace) -> ModelBundle:
         return load_checkpoint(args.checkpoint, step=args.step, tokenizer=args.tokenizer, overrides=args.overrides)
     if args.fla_dir is not None:
         return load_fla(args.fla_dir, tokenizer=args.tokenizer, overrides=args.overrides)
+    check_choice("--preset", args.preset, PRESETS)
     return random_model(args.preset, seed=args.seed, tokenizer=args.tokenizer or "byte", overrides=args.overrides)
 
 

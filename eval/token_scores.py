@@ -19,10 +19,16 @@ def target_logprobs(logits, targets) -> tuple[np.ndarray, np.ndarray]:
     logits: [B, T, E]; targets: [B, T] integers in [0, E). Returns two [B, T] NumPy arrays.
     """
     logits = jnp.asarray(logits)
-    targets = jnp.asarray(targets, jnp.int32)
+    ids = np.asarray(targets)
+    targets = jnp.asarray(ids, jnp.int32)
     if logits.ndim != 3 or targets.shape != logits.shape[:2]:
         raise ValueError(
             f"logits: expected [B, T, E] matching targets [B, T]; got logits {logits.shape}, targets {targets.shape}"
+        )
+    if ids.size and (ids.min() < 0 or ids.max() >= logits.shape[-1]):  # out of range: a NaN or a wrapped index
+        raise ValueError(
+            f"targets: expected token ids in [0, {logits.shape[-1]}) (E, the logits' last dimension), "
+            f"got ids from {ids.min()} to {ids.max()}"
         )
     logp, greedy = _scores(logits, targets)
     return np.asarray(logp), np.asarray(greedy)

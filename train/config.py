@@ -7,6 +7,7 @@ and unknown keys are rejected with the closest valid name.
 """
 
 import dataclasses
+import math
 from typing import Any, Literal
 
 from ccq_jax import configlib
@@ -43,11 +44,18 @@ class TrainConfig:
         for name in ("eval_batches", "checkpoint_every", "keep_checkpoints", "loss_chunk_len"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name}: expected >= 0, got {getattr(self, name)}")
+        if not 0 <= self.peak_tflops < math.inf:
+            raise ValueError(f"peak_tflops: expected a finite value >= 0 (0: the device's known peak), "
+                             f"got {self.peak_tflops}")
         if self.data.batch_size % self.grad_accum:
             raise ValueError(f"grad_accum: must divide data.batch_size={self.data.batch_size}, got {self.grad_accum}")
-        from ccq_jax.models import get_config
+        from ccq_jax.models import PRESETS, get_config
 
-        get_config(self.model, **self.model_overrides)  # fails early, naming a bad preset or field
+        configlib.check_choice("model", self.model, PRESETS)
+        try:  # fails early, naming a bad field as the `model.` key it was set with
+            get_config(self.model, **self.model_overrides)
+        except ValueError as err:
+            raise ValueError(f"model.{err}") from None
 
     def to_dict(self) -> dict:
         return configlib.to_dict(self)
@@ -71,7 +79,10 @@ def load_config(name_or_path: str, overrides: dict[str, Any] | None = None) -> l
         runs = RUNS[name_or_path]()
     elif name_or_path.endswith((".yaml", ".yml")):
         data = configlib.load_yaml(name_or_path)
-        runs = [configlib.from_dict(TrainConfig, run) for run in data.pop("runs", [data])]
+        runs = data.pop("runs", [data])
+        if not isinstance(runs, list):
+            raise ValueError(f"runs: expected a list of run configs in {name_or_path}, got {type(runs).__name__}")
+        runs = [configlib.from_dict(TrainConfig, run) for run in runs]
     else:
         raise ValueError(f"--config: expected a YAML file or one of {sorted(RUNS)}"
                          f"{configlib.suggestion(name_or_path, RUNS)}, got {name_or_path!r}")

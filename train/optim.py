@@ -3,6 +3,7 @@ and weight decay masked off norms, biases, the gate parameters A_log and dt_bias
 """
 
 import dataclasses
+import math
 import re
 from typing import Literal
 
@@ -30,16 +31,19 @@ class OptimConfig:
 
     def __post_init__(self):
         configlib.check_field_types(self, "optim.")
-        if not self.lr > 0:
-            raise ValueError(f"optim.lr: expected > 0, got {self.lr}")
+        if not 0 < self.lr < math.inf:
+            raise ValueError(f"optim.lr: expected a finite value > 0, got {self.lr}")
         if not 0 <= self.min_lr_ratio <= 1:
             raise ValueError(f"optim.min_lr_ratio: expected in [0, 1], got {self.min_lr_ratio}")
         if self.warmup_steps < 0:
             raise ValueError(f"optim.warmup_steps: expected >= 0, got {self.warmup_steps}")
         if not 0 < self.decay_fraction <= 1:
             raise ValueError(f"optim.decay_fraction: expected in (0, 1], got {self.decay_fraction}")
-        if self.weight_decay < 0 or self.grad_clip < 0:
-            raise ValueError("optim.weight_decay and optim.grad_clip: expected >= 0")
+        for name in ("weight_decay", "grad_clip"):
+            if not 0 <= getattr(self, name) < math.inf:
+                raise ValueError(f"optim.{name}: expected a finite value >= 0, got {getattr(self, name)}")
+        if not 0 < self.eps < math.inf:  # eps = 0 divides 0 by 0 where a gradient stays zero
+            raise ValueError(f"optim.eps: expected a finite value > 0, got {self.eps}")
         if not (0 <= self.b1 < 1 and 0 <= self.b2 < 1):
             raise ValueError(f"optim.b1/b2: expected in [0, 1), got {self.b1}, {self.b2}")
 

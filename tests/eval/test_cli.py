@@ -1,6 +1,9 @@
-"""`ccq-eval`: every subcommand end to end on tiny random models (1 layer, tiny lengths), `--ccq off`, errors."""
+"""`ccq-eval`: every subcommand end to end on tiny random models (1 layer, tiny lengths), `--ccq off`, and
+errors that name the argument (exit status 2, the message on stderr)."""
 
+import functools
 import json
+import sys
 
 import pytest
 
@@ -101,15 +104,63 @@ def test_longbench(tmp_path):
     assert [p["_id"] for p in preds] == ["q0", "q1", "q2"] and all(isinstance(p["pred"], str) for p in preds)
 
 
+@pytest.fixture
+def longbench_dir(tmp_path):
+    """LongBench's two config files for trec, and trec's data, in one folder."""
+    (tmp_path / "dataset2prompt.json").write_text(json.dumps({"trec": "{context}\n{input}"}))
+    (tmp_path / "dataset2maxlen.json").write_text(json.dumps({"trec": 3}))
+    write_jsonl(tmp_path / "trec.jsonl", [{"input": "Who?", "context": "Type: Human", "answers": ["Human"], "_id": "t0"}])
+    return tmp_path
+
+
 @pytest.mark.parametrize("argv,message", [
     (["ppl", "--data", "x"], "one of the arguments --checkpoint --preset --fla-dir is required"),
     (["ppl", "--preset", "gla-tiny", "--data", "x", "--ccq", "off"], "--ccq off: the model (gla) has no CCQ read"),
     (["ppl", "--preset", "gla-tiny", "--data", "x", "--step", "3"], "--step: only used with --checkpoint"),
+    (["ppl", "--preset", "gla-tinyy", "--data", "x"], "--preset: unknown value 'gla-tinyy'; expected one of"),
+    (["ppl", "--preset", "gla-tiny", "--data", "x", "--batch-size", "0"], "--batch-size: expected an integer >= 1, got 0"),
+    (["ppl", "--preset", "gla-tiny", "--data", "x", "--set", "layers"], "--set: expected key=value, got 'layers'"),
+    (["ppl", "--preset", "gla-tiny", "--data", "DOCS", "--window", "32", "--stride", "0"],
+     "stride: expected 1 <= stride < window=32, got 0"),
+    (["extrapolation", "--preset", "gla-tiny", "--data", "DOCS", "--lengths", "16", "--num-sequences", "0"],
+     "--num-sequences: expected an integer >= 1, got 0"),
     (["niah", "--preset", "gla-tiny", "--lengths", "1k"], "expected comma-separated integers"),
     (["niah", "--preset", "gla-tiny", "--lengths", "64", "--tasks", "niah_single_4"], "did you mean 'niah_single_3'"),
-    (["longbench", "--preset", "gla-tiny", "--data-dir", "nowhere"], "lacks LongBench's dataset2prompt.json"),
+    (["niah", "--preset", "gla-tiny", "--lengths", "512", "--depths", "0,101"],
+     "depths: each must be a percentage in [0, 100], got 101"),
+    (["niah", "--preset", "gla-tiny", "--lengths", "512", "--num-samples", "0"],
+     "num_samples: expected an integer >= 1, got 0"),
+    (["longbench", "--preset", "gla-tiny", "--data-dir", "nowhere"],
+     "--config-dir (default: --data-dir): nowhere lacks LongBench's dataset2prompt.json"),
+    (["longbench", "--preset", "gla-tiny", "--data-dir", "LONGBENCH", "--config-dir", "nowhere"],
+     "--config-dir: nowhere lacks LongBench's dataset2prompt.json"),
+    (["longbench", "--preset", "gla-tiny", "--data-dir", "LONGBENCH", "--datasets", "trec,qasper"],
+     "--datasets: no data or config for ['qasper', 'qasper (config)'] in "),
+    (["longbench", "--preset", "gla-tiny", "--data-dir", "LONGBENCH", "--limit", "-1"],
+     "--limit: expected an integer >= 1, got -1"),
 ])
-def test_errors_name_the_argument(argv, message, capsys):
-    with pytest.raises(SystemExit) as exit_info:
-        main([*argv, *TINY])
+def test_errors_name_the_argument(argv, message, docs, longbench_dir, tmp_path, capsys):
+    paths = {"DOCS": str(docs), "LONGBENCH": str(longbench_dir)}
+    with pytest.raises(SystemExit) as exit_info:  # --out: a run that wrongly goes on writes nowhere else
+        main([paths.get(arg, arg) for arg in argv] + ["--out", str(tmp_path / "out"), *TINY])
     assert exit_info.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_lm_eval_names_unknown_tasks(monkeypatch, tmp_path, capsys):
+    """Only the task index differs from a real run: lm-eval's ~15k built-in tasks (20 s to index) are left out."""
+    from lm_eval import tasks
+
+    monkeypatch.setattr(tasks, "TaskManager", functools.partial(tasks.TaskManager, include_defaults=False))
+    with pytest.raises(SystemExit) as exit_info:
+        main(["lm-eval", "--preset", "gla-tiny", "--tasks", "no_such_task", "--out", str(tmp_path), *TINY])
+    assert exit_info.value.code == 2
+    assert ("--tasks: lm-eval knows no task ['no_such_task']; local task YAMLs go in a folder passed with "
+            "--include-path") in capsys.readouterr().err
+
+
+def test_lm_eval_without_the_package_says_how_to_install_it(monkeypatch, tmp_path, capsys):
+    monkeypatch.setitem(sys.modules, "lm_eval", None)  # as if it were not installed
+    with pytest.raises(SystemExit) as exit_info:
+        main(["lm-eval", "--preset", "gla-tiny", "--tasks", "x", "--out", str(tmp_path), *TINY])
+    assert exit_info.value.code == 2 and "lm-eval: needs the lm-eval package (pip install 'ccq-jax[eval]')" in (
+        capsys.readouterr().err)

@@ -1,4 +1,4 @@
-"""Delta-mu: a float64 NumPy reference, and its sign on constructed keys."""
+"""Delta-mu: a float64 NumPy reference, its sign on constructed keys, and errors naming the bad argument."""
 
 import numpy as np
 import pytest
@@ -61,16 +61,30 @@ def test_summary_table_and_pictures(tmp_path):
         assert png.read_bytes()[:4] == b"\x89PNG"
 
 
+ONE_LAYER = [np.ones((10, 1, 4), np.float32)]
+
+
 @pytest.mark.parametrize(
-    "kwargs,msg",
+    "keys,kwargs,msg",
     [
-        (dict(needle_positions=[], query_position=5), "needle_positions"),
-        (dict(needle_positions=[6], query_position=5), "needle_positions"),
-        (dict(needle_positions=range(6), query_position=5), "no distractor"),
-        (dict(needle_positions=[1], query_position=10), "query_position"),
-        (dict(needle_positions=[1], query_position=5, top_k=4), "top_k"),
+        (ONE_LAYER, dict(needle_positions=[], query_position=5),
+         r"needle_positions: expected a non-empty set of positions in \[0, 5\], got \[\]"),
+        (ONE_LAYER, dict(needle_positions=[6], query_position=5), r"needle_positions: .* in \[0, 5\], got \[6\]"),
+        (ONE_LAYER, dict(needle_positions=[-1], query_position=5), r"needle_positions: .* in \[0, 5\], got \[-1\]"),
+        (ONE_LAYER, dict(needle_positions=range(6), query_position=5),
+         r"needle_positions: every token up to the query is a needle token; no distractor is left"),
+        (ONE_LAYER, dict(needle_positions=[1], query_position=10),
+         r"query_position: expected an index in \[0, 10\), got 10"),
+        (ONE_LAYER, dict(needle_positions=[1], query_position=5, top_k=4),
+         r"top_k: expected 1 <= top_k < K=4 .*, got 4"),
+        (ONE_LAYER, dict(needle_positions=[1], query_position=5, top_k=0),
+         r"top_k: expected 1 <= top_k < K=4 .*, got 0"),
+        ([np.ones((10, 4), np.float32)], dict(needle_positions=[1], query_position=5),
+         r"keys: expected \[T, H, K\], got shape \(10, 4\)"),
+        ([], dict(needle_positions=[1], query_position=5),
+         r"keys_per_layer: expected one \[T, H, K\] array per layer, got none"),
     ],
 )
-def test_errors(kwargs, msg):
+def test_errors(keys, kwargs, msg):
     with pytest.raises(ValueError, match=msg):
-        delta_mu([np.ones((10, 1, 4), np.float32)], **kwargs)
+        delta_mu(keys, **kwargs)

@@ -1,4 +1,4 @@
-"""The lm-eval adapter against direct float64 log-probabilities of a toy recurrent LM."""
+"""The lm-eval adapter against direct float64 log-probabilities of a toy recurrent LM, and its argument errors."""
 
 import numpy as np
 import pytest
@@ -85,10 +85,15 @@ def test_generate_until(model):
     assert lm.generate_until(reqs, disable_tqdm=True) == ["abc", "abc\n\n", "abc\n\nQ: more"]
     assert TOK.encode("abcdefghij") in [p for prompts, _ in seen for p in prompts]  # the last 16 - 6 tokens
     assert sorted(m for _, m in seen) == [4, 6]
-    with pytest.raises(ValueError, match="greedy"):
-        lm.generate_until(_requests("generate_until", [("a", {"do_sample": True, "temperature": 0.7})]), disable_tqdm=True)
-    with pytest.raises(ValueError, match="max_gen_toks"):
-        lm.generate_until(_requests("generate_until", [("a", {"max_gen_toks": 16})]), disable_tqdm=True)
+    sampling = {"do_sample": True, "temperature": 0.7}
+    with pytest.raises(ValueError, match=r"gen_kwargs: only greedy decoding is supported, got \{'do_sample': True, "):
+        lm.generate_until(_requests("generate_until", [("a", sampling)]), disable_tqdm=True)
+    for bad in (0, 16):
+        with pytest.raises(ValueError, match=rf"max_gen_toks: expected 1\.\.15, got {bad}"):
+            lm.generate_until(_requests("generate_until", [("a", {"max_gen_toks": bad})]), disable_tqdm=True)
+    without = HarnessLM(model.logits, None, TOK, max_length=16)
+    with pytest.raises(ValueError, match=r"generate_fn: this HarnessLM was built without one; generate_until needs it"):
+        without.generate_until(_requests("generate_until", [("a", {})]), disable_tqdm=True)
 
 
 def test_greedy_generation_through_the_toy_model(model):
@@ -97,11 +102,29 @@ def test_greedy_generation_through_the_toy_model(model):
     assert out == TOK.decode(model.generate([TOK.encode("Hello")], 5)[0])
 
 
-def test_constructor_and_tokenizer_errors(model):
-    with pytest.raises(ValueError, match="max_gen_toks"):
-        HarnessLM(model.logits, None, TOK, max_length=8, max_gen_toks=8)
-    with pytest.raises(ValueError, match="lacks encode"):
+@pytest.mark.parametrize("kwargs,got", [
+    (dict(batch_size=0), "0, 2048, 256"),
+    (dict(max_length=1), "8, 1, 1"),
+    (dict(max_length=8, max_gen_toks=8), "8, 8, 8"),
+    (dict(max_gen_toks=0), "8, 2048, 0"),
+])
+def test_constructor_errors(model, kwargs, got):
+    with pytest.raises(ValueError, match=r"batch_size, max_length, max_gen_toks: expected batch_size >= 1, max_length >= 2 "
+                                         rf"and 1 <= max_gen_toks < max_length; got {got}$"):
+        HarnessLM(model.logits, None, TOK, **kwargs)
+
+
+def test_tokenizer_error(model):
+    with pytest.raises(ValueError, match=r"tokenizer: object lacks encode, decode, eos_id, vocab_size; expected an "
+                                         r"object with encode\(str\) -> list\[int\]"):
         HarnessLM(model.logits, None, object())
+
+
+@pytest.mark.parametrize("continuation,length", [("", 0), ("bcdefghijk", 10)])
+def test_continuation_must_fit(model, continuation, length):
+    lm = HarnessLM(model.logits, None, TOK, max_length=8)
+    with pytest.raises(ValueError, match=rf"continuation: expected 1\.\.8 tokens, got {length}$"):
+        lm.loglikelihood(_requests("loglikelihood", [("a", continuation)]), disable_tqdm=True)
 
 
 def test_harness_runs_a_local_multiple_choice_task(model, tmp_path):

@@ -1,6 +1,8 @@
-"""LongBench metrics on hand-computed cases, LongBench's eval.py conventions, file scoring and prediction."""
+"""LongBench metrics on hand-computed cases, LongBench's eval.py conventions, file scoring and prediction, and
+errors naming the bad argument (or the missing package)."""
 
 import json
+import sys
 
 import pytest
 
@@ -55,7 +57,7 @@ def test_classification_keeps_longbench_behaviour():
 def test_retrieval_count_and_code():
     assert retrieval_score("Paragraph 3, or maybe 3 or 12", "Paragraph 3") == pytest.approx(2 / 3)
     assert retrieval_score("no number", "Paragraph 3") == 0.0
-    with pytest.raises(ValueError, match="ground_truth"):
+    with pytest.raises(ValueError, match=r"ground_truth: expected an answer matching 'Paragraph .*', got '3'"):
         retrieval_score("1", "3")
     assert count_score("There are 5 unique paragraphs out of 10", 5) == 0.5
     # first line without ` # //: "x = foo(1)"; 9 of 10 characters match: 2 * 9 / 20
@@ -64,14 +66,15 @@ def test_retrieval_count_and_code():
     assert fuzz_ratio("same", "same") == 100 and fuzz_ratio("", "x") == 0
 
 
-def test_chinese_metrics_need_jieba():
-    try:
-        import jieba  # noqa: F401
-    except ImportError:
-        with pytest.raises(ImportError, match="pip install jieba"):
-            qa_f1_zh_score("北京", "北京")
-    else:
-        assert qa_f1_zh_score("北京。", "北京") == 1.0
+def test_chinese_metrics_without_jieba_say_how_to_install_it(monkeypatch):
+    monkeypatch.setitem(sys.modules, "jieba", None)  # as if it were not installed
+    with pytest.raises(ImportError, match=r"Chinese LongBench metrics .* need jieba: pip install jieba"):
+        qa_f1_zh_score("北京", "北京")
+
+
+def test_chinese_metrics_with_jieba():
+    pytest.importorskip("jieba")
+    assert qa_f1_zh_score("北京。", "北京") == 1.0
 
 
 def test_eval_py_conventions():
@@ -80,8 +83,10 @@ def test_eval_py_conventions():
     assert score_prediction("hotpotqa", "Paris", ["London", "paris"]) == 1.0
     records = [{"pred": "x y", "answers": ["x y"]}, {"pred": "x", "answers": ["z"]}, {"pred": "x", "answers": ["x y"]}]
     assert score_dataset("hotpotqa", records) == round(100 * (1 + 0 + 2 / 3) / 3, 2) == 55.56
-    with pytest.raises(ValueError, match="dataset"):
+    with pytest.raises(ValueError, match=r"dataset: expected one of \['2wikimqa', .*\], got 'hotpot'"):
         score_prediction("hotpot", "x", ["x"])
+    with pytest.raises(ValueError, match=r"records: expected at least one prediction record for hotpotqa, got none"):
+        score_dataset("hotpotqa", [])
 
 
 def test_score_prediction_files(tmp_path):
@@ -92,12 +97,19 @@ def test_score_prediction_files(tmp_path):
     out = score_predictions(pred, data_dir=data, datasets=("hotpotqa", "trec"))
     assert out == {"scores": {"hotpotqa": 100.0, "trec": 0.0}, "average": 50.0}
     json.dumps(out)
-    with pytest.raises(ValueError, match="lacks predictions for \\['qasper'\\]"):
+    with pytest.raises(ValueError, match=r"pred_dir: .*pred lacks predictions for \['qasper'\]"):
         score_predictions(pred, datasets=("hotpotqa", "qasper"))
-    with pytest.raises(ValueError, match="joined by '_id'"):
+    with pytest.raises(ValueError, match=r"dataset: expected one of .*, got 'hotpot'"):
+        score_predictions(pred, datasets=("hotpot",))
+    with pytest.raises(ValueError, match=r"data_dir: trec.jsonl has records without 'answers'; they are joined by '_id' "
+                                         r"with the LongBench data file, which was not found \(None\)"):
         score_predictions(pred, datasets=("trec",))
     write_jsonl(pred / "trec.jsonl", [{"_id": "q9", "pred": "Location"}])
-    with pytest.raises(ValueError, match="'q9'"):
+    with pytest.raises(ValueError, match=r"pred_dir: trec.jsonl has 1 predictions with no matching '_id' in "
+                                         r".*trec.jsonl, e.g. 'q9'"):
+        score_predictions(pred, data_dir=data, datasets=("trec",))
+    write_jsonl(pred / "trec.jsonl", [])  # an empty prediction file
+    with pytest.raises(ValueError, match=r"records: expected at least one prediction record for trec, got none"):
         score_predictions(pred, data_dir=data, datasets=("trec",))
 
 
@@ -115,3 +127,13 @@ def test_truncate_middle_and_predict():
     out = predict_dataset(records, generate, tok, prompt_format="{context}|{input}", max_new_tokens=5, max_length=6, batch_size=2, progress=False)
     assert seen == [("012|q?", 5)] * 3
     assert [r["pred"] for r in out] == [" answer"] * 3 and out[2]["_id"] == "2" and out[0]["answers"] == ["a"]
+
+
+@pytest.mark.parametrize("max_length", [0, 1])
+def test_prompts_need_room_for_both_halves(max_length):
+    """Below 2 tokens the halves are empty, and ids[-0:] would keep the whole prompt."""
+    tok = ByteTokenizer()
+    records = [{"context": "0123456789", "input": "q?", "answers": ["a"], "_id": "0"}]
+    with pytest.raises(ValueError, match=rf"max_length: expected an integer >= 2, got {max_length}"):
+        predict_dataset(records, lambda prompts, n: [[] for _ in prompts], tok, prompt_format="{context}|{input}",
+                        max_new_tokens=5, max_length=max_length, progress=False)

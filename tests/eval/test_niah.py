@@ -1,8 +1,10 @@
-"""S-NIAH: deterministic RULER-style samples that fill the length budget exactly, and RULER's scoring."""
+"""S-NIAH: deterministic RULER-style samples that fill the length budget exactly, RULER's scoring, the heatmap,
+and errors naming the bad argument."""
 
 import json
 import re
 
+import numpy as np
 import pytest
 
 from eval import niah
@@ -21,6 +23,7 @@ from eval.niah import (
     string_match_all,
     summarize,
 )
+from eval.plots import heatmap
 from eval.records import write_json
 from tests.eval.toy import ByteTokenizer
 
@@ -80,14 +83,27 @@ def test_essay_folder_and_errors(tmp_path):
     s = generate_samples("niah_single_2", TOK, lengths=[700], depths=[50], num_samples=1, essay_dir=str(tmp_path), progress=False)[0]
     assert "First essay, with words. Second essay here. First essay" in s.input and "Four score" not in s.input
     (tmp_path / "empty").mkdir()
-    with pytest.raises(ValueError, match="essay_dir"):
-        essay_words(str(tmp_path / "empty"))
-    with pytest.raises(ValueError, match="task"):
-        generate_samples("niah_single_9", TOK, lengths=[700], progress=False)
-    with pytest.raises(ValueError, match="lengths: 200"):
-        generate_samples("niah_single_1", TOK, lengths=[200], depths=[0], num_samples=1, progress=False)
-    with pytest.raises(ValueError, match="depths"):
-        generate_samples("niah_single_1", TOK, lengths=[700], depths=[101], progress=False)
+    with pytest.raises(ValueError, match=r"essay_dir: .*empty holds no \.txt file"):
+        generate_samples("niah_single_2", TOK, lengths=[700], essay_dir=str(tmp_path / "empty"), progress=False)
+    with pytest.raises(ValueError, match=r"tokenizer: object lacks encode, decode, eos_id, vocab_size"):
+        generate_samples("niah_single_1", object(), lengths=[700], progress=False)
+
+
+@pytest.mark.parametrize("task,kwargs,msg", [
+    ("niah_single_9", {}, r"task: expected one of \['niah_single_1', 'niah_single_2', 'niah_single_3'\], "
+                          r"got 'niah_single_9'"),
+    ("niah_single_1", dict(lengths=[200]), r"lengths: 200 tokens cannot hold the niah_single_1 template with a "
+                                           r"one-unit haystack and 128 generated tokens; use a larger length"),
+    ("niah_single_1", dict(lengths=[]), r"lengths, depths: expected at least one of each, got \[\] and \[0\]"),
+    ("niah_single_1", dict(depths=[]), r"lengths, depths: expected at least one of each, got \[700\] and \[\]"),
+    ("niah_single_1", dict(depths=[0, 101]), r"depths: each must be a percentage in \[0, 100\], got 101"),
+    ("niah_single_1", dict(depths=[-5]), r"depths: each must be a percentage in \[0, 100\], got -5"),
+    ("niah_single_1", dict(num_samples=0), r"num_samples: expected an integer >= 1, got 0"),
+    ("niah_single_1", dict(tokens_to_generate=-1), r"tokens_to_generate: expected an integer >= 0, got -1"),
+])
+def test_generate_samples_rejects_bad_arguments(task, kwargs, msg):
+    with pytest.raises(ValueError, match=msg):
+        generate_samples(task, TOK, progress=False, **{"lengths": [700], "depths": [0], "num_samples": 1, **kwargs})
 
 
 def test_split_sentences():
@@ -98,8 +114,10 @@ def test_scoring_known_answers():
     assert string_match_all(["The number is 1234567.", "none"], [["1234567"], ["42"]]) == 50.0
     assert string_match_all(["ID: ABCDEF-12"], [["abcdef-12", "zz"]]) == 50.0
     assert postprocess_prediction("  \x00 answer\x01is\t 7 \n") == "answer\nis\n 7"
-    with pytest.raises(ValueError, match="preds"):
+    with pytest.raises(ValueError, match=r"preds, refs: expected equally long non-empty lists, got 0 and 0"):
         string_match_all([], [])
+    with pytest.raises(ValueError, match=r"preds, refs: expected equally long non-empty lists, got 2 and 1"):
+        string_match_all(["a", "b"], [["a"]])
 
 
 def _oracle(tokenizer, wrong=False):
@@ -126,6 +144,13 @@ def test_run_summarize_and_write(tmp_path):
     assert saved["by_length_depth"]["900"] == {"0": 100.0, "100": 100.0}
     png = plot_heatmap(bad, tmp_path / "niah.png")
     assert png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_heatmap_checks_the_labels_against_the_values(tmp_path):
+    with pytest.raises(ValueError, match=r"values: expected shape \(3, 2\), got \(2, 3\)"):
+        heatmap(np.zeros((2, 3)), tmp_path / "h.png", row_labels=[0, 50, 100], col_labels=[512, 1024], xlabel="length",
+                ylabel="depth")
+    assert not (tmp_path / "h.png").exists()
 
 
 def test_search_gallops_both_ways():

@@ -1,4 +1,5 @@
-"""Rolling-window and streaming perplexity against direct float64 computations on a toy recurrent LM."""
+"""Rolling-window and streaming perplexity against direct float64 computations on a toy recurrent LM;
+bad arguments and model outputs that do not fit the tokens raise errors naming the argument."""
 
 import math
 
@@ -27,10 +28,48 @@ def test_rolling_windows_score_each_token_once_with_enough_context(n, window, st
             assert w.score_from - w.begin >= min(window - stride, w.score_from)
 
 
-@pytest.mark.parametrize("bad,msg", [((1, 4, 1), "num_tokens"), ((10, 1, 1), "window"), ((10, 4, 4), "stride"), ((10, 4, 0), "stride")])
+@pytest.mark.parametrize("bad,msg", [
+    ((1, 4, 1), r"num_tokens: need at least 2 tokens to score one, got 1"),
+    ((10, 1, 1), r"window: expected an integer >= 2, got 1"),
+    ((10, 4.0, 1), r"window: expected an integer, got 4\.0"),
+    ((10, 4, 4), r"stride: expected 1 <= stride < window=4, got 4"),
+    ((10, 4, 0), r"stride: expected 1 <= stride < window=4, got 0"),
+])
 def test_rolling_windows_reject_bad_arguments(bad, msg):
     with pytest.raises(ValueError, match=msg):
         rolling_windows(*bad)
+
+
+def _zeros(vocab, drop=0):
+    """A LogitsFn returning zero logits over `vocab` ids, `drop` positions short."""
+    return lambda ids: np.zeros((ids.shape[0], ids.shape[1] - drop, vocab), np.float32)
+
+
+@pytest.mark.parametrize("logits_fn,kwargs,msg", [
+    (_zeros(257), dict(batch_size=0), r"batch_size: expected an integer >= 1, got 0"),
+    (_zeros(257, drop=1), {}, r"logits: expected \[B, T, E\] matching targets \[B, T\]; got logits \(1, 3, 257\), "
+                              r"targets \(1, 4\)"),
+    # a model whose vocabulary is smaller than the tokenizer's: an error, not a NaN perplexity
+    (_zeros(100), {}, r"targets: expected token ids in \[0, 100\) \(E, the logits' last dimension\), got ids from "
+                      r"0 to 200"),
+])
+def test_windowed_perplexity_rejects_bad_arguments_and_logits(logits_fn, kwargs, msg):
+    with pytest.raises(ValueError, match=msg):
+        windowed_perplexity([5, 200, 7], logits_fn, window=4, stride=2, progress=False, **{"batch_size": 1, **kwargs})
+
+
+@pytest.mark.parametrize("seqs,kwargs,msg", [
+    (np.zeros(8, np.int32), {}, r"sequences: expected integer \[N, T\] with N >= 1 and T >= 2, got int32 \(8,\)"),
+    (np.zeros((2, 8)), {}, r"sequences: expected integer \[N, T\] .*, got float64 \(2, 8\)"),
+    (np.zeros((2, 1), np.int32), {}, r"sequences: expected integer \[N, T\] .*, got int32 \(2, 1\)"),
+    (np.zeros((0, 8), np.int32), {}, r"sequences: expected integer \[N, T\] .*, got int32 \(0, 8\)"),
+    (np.zeros((2, 8), np.int32), dict(chunk_size=0), r"chunk_size: expected an integer >= 1, got 0"),
+    (np.zeros((2, 8), np.int32), dict(batch_size=0), r"batch_size: expected an integer >= 1, got 0"),
+])
+def test_streaming_rejects_bad_arguments(seqs, kwargs, msg):
+    model = ToyRecurrentLM()
+    with pytest.raises(ValueError, match=msg):
+        streaming_nll(seqs, model.step, model.init_carry, progress=False, **{"chunk_size": 4, **kwargs})
 
 
 def _direct_nll(model, tokens, window, stride):
@@ -83,16 +122,22 @@ def test_streaming_equals_full_forward(chunk, batch):
     cut = windowed_perplexity(seqs[0, :10], model.logits, window=10, stride=5, progress=False)
     one = streaming_nll(seqs[:1], model.step, model.init_carry, chunk_size=chunk, progress=False)
     assert one.perplexity_at([10])[10] == pytest.approx(cut.perplexity, rel=2e-5)
-    with pytest.raises(ValueError, match="lengths"):
-        pos.perplexity_at([31])
+    for bad in (1, 31):
+        with pytest.raises(ValueError, match=rf"lengths: each must lie in \[2, 30\] \(the sequence length\), got {bad}$"):
+            pos.perplexity_at([bad])
 
 
 def test_fixed_length_sequences():
     docs = [[1, 2, 3], [4, 5, 6, 7, 8], [9]]
     np.testing.assert_array_equal(fixed_length_sequences(docs, 4), [[4, 5, 6, 7]])
     np.testing.assert_array_equal(fixed_length_sequences(docs, 4, pack=True), [[1, 2, 3, 4], [5, 6, 7, 8]])
-    with pytest.raises(ValueError, match="longest document: 5"):
+    with pytest.raises(ValueError, match=r"length: no sequence of 6 tokens can be formed \(longest document: 5 tokens; "
+                                         r"pack=True concatenates documents\)"):
         fixed_length_sequences(docs, 6)
+    with pytest.raises(ValueError, match=r"length: no sequence of 10 tokens .*total after packing too short"):
+        fixed_length_sequences(docs, 10, pack=True)
+    with pytest.raises(ValueError, match=r"length: expected an integer >= 2, got 1"):
+        fixed_length_sequences(docs, 1)
 
 
 def test_ppl_plot_is_written(tmp_path):

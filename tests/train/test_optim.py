@@ -1,4 +1,4 @@
-"""Learning-rate schedules and the weight-decay mask."""
+"""Learning-rate schedules, the weight-decay mask, and `OptimConfig` errors naming the field."""
 
 import jax.numpy as jnp
 import numpy as np
@@ -31,11 +31,19 @@ def test_decay_mask_skips_norms_biases_and_gate_parameters():
                     mask["layer"]["dt_bias"], mask["layer"]["ccq"]["lam_bias"]])
 
 
-@pytest.mark.parametrize("kw,match", [({"lr": 0.0}, r"optim\.lr: expected > 0"),
-                                      ({"min_lr_ratio": 2.0}, r"optim\.min_lr_ratio"),
-                                      ({"b2": 1.0}, r"optim\.b1/b2"),
-                                      ({"schedule": "cosin"}, r"optim\.schedule: expected Literal\['cosine', 'wsd', "
-                                                              r"'constant'\], got str 'cosin'")])
+@pytest.mark.parametrize("kw,match", [
+    ({"lr": 0.0}, r"optim\.lr: expected a finite value > 0, got 0\.0"),
+    ({"lr": float("inf")}, r"optim\.lr: expected a finite value > 0, got inf"),
+    ({"min_lr_ratio": 2.0}, r"optim\.min_lr_ratio: expected in \[0, 1\], got 2\.0"),
+    ({"warmup_steps": -1}, r"optim\.warmup_steps: expected >= 0, got -1"),
+    ({"decay_fraction": 0.0}, r"optim\.decay_fraction: expected in \(0, 1\], got 0\.0"),
+    ({"weight_decay": -0.1}, r"optim\.weight_decay: expected a finite value >= 0, got -0\.1"),
+    ({"grad_clip": float("nan")}, r"optim\.grad_clip: expected a finite value >= 0, got nan"),
+    ({"eps": 0.0}, r"optim\.eps: expected a finite value > 0, got 0\.0"),  # Adam would give 0 / 0 = NaN
+    ({"b1": 1.0}, r"optim\.b1/b2: expected in \[0, 1\), got 1\.0, 0\.95"),
+    ({"b2": -0.5}, r"optim\.b1/b2: expected in \[0, 1\), got 0\.9, -0\.5"),
+    ({"schedule": "cosin"}, r"optim\.schedule: expected Literal\['cosine', 'wsd', 'constant'\], got str 'cosin'"),
+])
 def test_optim_config_errors(kw, match):
     with pytest.raises(ValueError, match=match):
         OptimConfig(**kw)

@@ -1,5 +1,6 @@
 """End-to-end training: sharded == single device, SIGTERM + resume == uninterrupted, determinism,
-two processes on one mesh, NaN handling, config errors.
+two processes on one mesh, NaN handling, config errors (named runs, `--set` overrides, YAML files) naming the
+field.
 
 Each run is a separate process (tests/train/tiny_run.py) so device counts and jax.distributed
 can be set before JAX starts.
@@ -17,7 +18,7 @@ import pytest
 
 from tests.train.tiny_run import tiny_config
 from train.config import TrainConfig, load_config
-from train.loop import NonFiniteLoss, train
+from train.loop import NonFiniteLoss, model_config, train
 from train.metrics import read_metrics
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -120,16 +121,46 @@ def test_non_finite_steps_are_skipped_and_reported(tmp_path, capsys):
 
 @pytest.mark.parametrize("overrides,match", [
     ({"optim.lrr": 1.0}, r"optim\.lrr: unknown key \(did you mean 'lr'\?\)"),
+    ({"optimm.lr": 1.0}, r"optimm: unknown key \(did you mean 'optim'\?\)"),
     ({"stepz": 3}, r"stepz: unknown key \(did you mean 'steps'\?\)"),
-    ({"model.hidden_sise": 64}, r"hidden_sise"),
-    ({"grad_accum": 3}, r"grad_accum: must divide data\.batch_size=32"),
-    ({"on_nan": "ignore"}, r"on_nan: expected Literal\['stop', 'skip'\]"),
-    ({"mesh.data": 0}, r"mesh: axis sizes must be positive or -1"),
+    ({"model": "gla-tinyy"}, r"model: unknown value 'gla-tinyy'; expected one of .* \(did you mean 'gla-tiny'\?\)"),
+    ({"model.hidden_sise": 64}, r"model\.hidden_sise: unknown key \(did you mean 'hidden_size'\?\)"),
+    ({"model.hidden_size": -3}, r"model\.hidden_size: expected an integer >= 1, got -3"),
+    ({"steps": 0}, r"steps: expected >= 1, got 0"),
+    ({"log_every": 0}, r"log_every: expected >= 1, got 0"),
+    ({"grad_accum": 3}, r"grad_accum: must divide data\.batch_size=32, got 3"),
+    ({"eval_batches": -1}, r"eval_batches: expected >= 0, got -1"),
+    ({"checkpoint_every": -1}, r"checkpoint_every: expected >= 0, got -1"),
+    ({"keep_checkpoints": -1}, r"keep_checkpoints: expected >= 0, got -1"),
     ({"loss_chunk_len": -1}, r"loss_chunk_len: expected >= 0, got -1"),
+    ({"peak_tflops": -1.0}, r"peak_tflops: expected a finite value >= 0 \(0: the device's known peak\), got -1\.0"),
+    ({"on_nan": "ignore"}, r"on_nan: expected Literal\['stop', 'skip'\], got str 'ignore'"),
+    ({"mesh.data": 0}, r"mesh: axis sizes must be positive or -1, got \{'data': 0, 'fsdp': 1, 'tensor': 1\}"),
 ])
 def test_config_errors(overrides, match):
     with pytest.raises(ValueError, match=match):
         load_config("smoke", overrides)
+
+
+@pytest.mark.parametrize("text,match", [
+    ("- demo\n", r"run\.yaml: expected a YAML mapping at the top level, got list"),
+    ("runs: 3\n", r"runs: expected a list of run configs in .*run\.yaml, got int"),
+    ("runs: [3]\n", r"TrainConfig: expected a mapping, got int"),
+    ("steps: 5\noptim: {lrr: 1.0}\n", r"optim\.lrr: unknown key for OptimConfig \(did you mean 'lr'\?\)"),
+])
+def test_yaml_config_errors(tmp_path, text, match):
+    (tmp_path / "run.yaml").write_text(text)
+    with pytest.raises(ValueError, match=match):
+        load_config(str(tmp_path / "run.yaml"))
+
+
+def test_config_names_and_vocabulary_errors():
+    with pytest.raises(ValueError, match=r"--config: expected a YAML file or one of \['demo', 'smoke'\] "
+                                         r"\(did you mean 'demo'\?\), got 'dmeo'"):
+        load_config("dmeo")
+    cfg = load_config("smoke", {"model.vocab_size": 32})[0]  # its MQAR task uses 64 ids
+    with pytest.raises(ValueError, match=r"model\.vocab_size: 32 is smaller than the data's vocabulary 64"):
+        model_config(cfg, 64)
 
 
 def test_cli_rejects_unknown_config_with_a_suggestion():
@@ -142,7 +173,9 @@ def test_mesh_shape_errors():
     from train.sharding import MeshConfig
 
     assert MeshConfig(data=-1, tensor=2).shape(8) == (4, 1, 2)
-    with pytest.raises(ValueError, match=r"needs 4 devices, but 8 are available"):
+    with pytest.raises(ValueError, match=r"mesh: 8 devices do not split into \{'data': -1, 'fsdp': 1, 'tensor': 3\}"):
+        MeshConfig(data=-1, tensor=3).shape(8)
+    with pytest.raises(ValueError, match=r"mesh: \{'data': 2, 'fsdp': 2, 'tensor': 1\} needs 4 devices, but 8 are available"):
         MeshConfig(data=2, fsdp=2, tensor=1).shape(8)
     with pytest.raises(ValueError, match=r"at most one axis may be -1"):
         MeshConfig(data=-1, fsdp=-1)

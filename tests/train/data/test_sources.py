@@ -1,7 +1,9 @@
-"""Each source kind reads what it should: text, jsonl, parquet, HF datasets, ArrayRecord via ccq-prepare-data."""
+"""Each source kind reads what it should: text, jsonl, parquet, HF datasets, ArrayRecord via ccq-prepare-data;
+bad files, bad shards and missing optional packages raise errors naming the `DataConfig` field or the package."""
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -53,6 +55,20 @@ def test_jsonl_reads_the_text_field(jsonl_corpus, documents):
         text_source(DataConfig(source="jsonl", paths=(str(jsonl_corpus),)))
 
 
+@pytest.mark.parametrize("line,message", [
+    ("{not json", r"paths: '.*bad\.jsonl' at byte 14 is not valid JSON: "),
+    ("[1, 2]", r"text_field: the record at byte 14 of '.*bad\.jsonl' has no string field 'text' "
+               r"\(it is a list, not a JSON object\)"),
+    ('{"text": null}', r"text_field: the record at byte 14 of .* has no string field 'text' \(it has \['text'\]\)"),
+])
+def test_bad_jsonl_records(tmp_path, line, message):
+    (tmp_path / "bad.jsonl").write_text('{"text": "a"}\n' + line + "\n")
+    source = text_source(DataConfig(source="jsonl", paths=(str(tmp_path / "bad.jsonl"),)))
+    assert source[0] == "a"
+    with pytest.raises(ValueError, match=message):
+        source[1]
+
+
 def test_paths_that_match_nothing(tmp_path):
     with pytest.raises(ValueError, match=r"paths: '.*nothing\*.jsonl' matches no file"):
         text_source(DataConfig(source="jsonl", paths=(str(tmp_path / "nothing*.jsonl"),)))
@@ -70,6 +86,25 @@ def test_parquet_reads_the_text_column(tmp_path, documents):
     message = r"text_field: .*p0.parquet' has no column 'body' \(columns: \['text', 'n'\]\)"
     with pytest.raises(ValueError, match=message):
         text_source(DataConfig(source="parquet", paths=(str(tmp_path),), text_field="body"))
+
+
+def test_parquet_errors(tmp_path, monkeypatch):
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    pq.write_table(pa.table({"text": ["a", None, None]}), tmp_path / "nulls.parquet")
+    config = DataConfig(source="parquet", paths=(str(tmp_path),))
+    with pytest.raises(ValueError, match=r"text_field: column 'text' of '.*nulls\.parquet' has 2 null values"):
+        text_source(config)
+    monkeypatch.setitem(sys.modules, "pyarrow", None)  # as if it were not installed
+    with pytest.raises(ImportError, match=r"reading parquet files needs `pip install pyarrow`"):
+        text_source(config)
+
+
+def test_hf_without_datasets_says_how_to_install_it(monkeypatch):
+    monkeypatch.setitem(sys.modules, "datasets", None)  # as if it were not installed
+    with pytest.raises(ImportError, match=r"hf_dataset: loading 'org/corpus' as a Hugging Face dataset needs the "
+                                          r"optional package `datasets` \(pip install datasets\)"):
+        text_source(DataConfig(source="hf", hf_dataset="org/corpus"))
 
 
 def test_hf_dataset_from_a_saved_directory(tmp_path, documents):
@@ -131,8 +166,42 @@ def test_array_record_with_another_tokenizer_is_rejected(tmp_path, jsonl_corpus)
         build_pipeline(DataConfig(source="array_record", paths=(str(jsonl_corpus),)), process_index=0, process_count=1)
 
 
-def test_prepare_reports_config_errors(tmp_path, capsys):
-    with pytest.raises(SystemExit):
-        prepare(["--source", "jsonl", "--output", str(tmp_path)])
-    assert "paths: source 'jsonl' needs at least one file" in capsys.readouterr().err
+def _edited_copy(prepared, copy, **changes):
+    """A copy of a prepared directory whose manifest has `changes`."""
+    shutil.copytree(prepared, copy)
+    manifest = json.loads((copy / MANIFEST).read_text())
+    (copy / MANIFEST).write_text(json.dumps(manifest | changes))
+    return copy
+
+
+def test_bad_prepared_directories(tmp_path, jsonl_corpus):
+    prepared = tmp_path / "prepared"
+    prepare(["--source", "jsonl", "--paths", str(jsonl_corpus), "--text-field", "body", "--output", str(prepared)])
+
+    def build(*paths):
+        config = DataConfig(source="array_record", paths=tuple(str(p) for p in paths))
+        return build_pipeline(config, process_index=0, process_count=1)
+
+    with pytest.raises(ValueError, match=r"paths: '.*v2/manifest\.json' is not a ccq-token-shards v1 manifest"):
+        build(_edited_copy(prepared, tmp_path / "v2", version=2))
+    other = {"kind": "hf", "sha256": "0" * 64, "vocab_size": 384, "bos_id": 256, "eos_id": 257}
+    with pytest.raises(ValueError, match=r"paths: '.*other' was tokenised differently from '.*prepared'"):
+        build(prepared, _edited_copy(prepared, tmp_path / "other", tokenizer=other))
+    with pytest.raises(ValueError, match=r"paths: the prepared directories use different token dtypes \['<u2', '<u4'\]"):
+        build(prepared, _edited_copy(prepared, tmp_path / "wide", dtype="<u4"))
+    missing = _edited_copy(prepared, tmp_path / "missing")
+    (shard,) = missing.glob("shard-*")
+    shard.unlink()
+    with pytest.raises(ValueError, match=rf"paths: shard '.*missing/{shard.name}' listed in the manifest is missing"):
+        build(missing)
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--source", "jsonl"], "paths: source 'jsonl' needs at least one file"),
+    (["--source", "jsonl", "--paths", "x.jsonl", "--docs-per-shard", "0"], "--docs-per-shard: must be >= 1, got 0"),
+])
+def test_prepare_reports_config_errors(tmp_path, capsys, argv, message):
+    with pytest.raises(SystemExit) as exit_info:
+        prepare([*argv, "--output", str(tmp_path)])
+    assert exit_info.value.code == 2 and message in capsys.readouterr().err
     np.testing.assert_equal(list(tmp_path.iterdir()), [])
