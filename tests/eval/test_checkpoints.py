@@ -56,6 +56,11 @@ def test_a_trained_checkpoint_loads_and_evaluates(tmp_path, capsys):
         checkpoint_step_dir(workdir, 5)
     with pytest.raises(ValueError, match="not a ccq-train workdir"):
         checkpoint_step_dir(workdir / "tensorboard")
+    with pytest.raises(ValueError, match=r"step: .*/2 is the folder of step 2; got step=5"):
+        checkpoint_step_dir(step_dir, 5)
+    with pytest.raises(ValueError, match=r"checkpoint: the parameters in .* do not fit model 'gla-tiny' with "
+                                         r"overrides .*'hidden_size': 64"):
+        load_checkpoint(workdir, overrides={"hidden_size": 64})
 
     (tmp_path / "doc.jsonl").write_text('{"text": "Four score and seven years ago."}\n')
     main(["ppl", "--checkpoint", str(workdir), "--data", str(tmp_path / "doc.jsonl"), "--window", "16",

@@ -1,6 +1,7 @@
 """The byte tokenizer and tokenizer.json loading (a tiny byte-level BPE trained here)."""
 
 import json
+import sys
 
 import numpy as np
 import pytest
@@ -64,3 +65,9 @@ def test_tokenizer_errors_name_the_field(tmp_path):
         HFTokenizer(path, bos_token="<bos>", eos_token="<unk>")
     with pytest.raises(ValueError, match="tokenizer: 'missing.json' is neither 'byte' nor an existing"):
         load_tokenizer("missing.json")
+
+
+def test_tokenizer_json_without_the_package_says_what_to_install(monkeypatch, tmp_path):
+    monkeypatch.setitem(sys.modules, "tokenizers", None)
+    with pytest.raises(ImportError, match=r"tokenizer: reading a tokenizer.json needs `pip install tokenizers`"):
+        HFTokenizer(str(tmp_path / "tokenizer.json"))
