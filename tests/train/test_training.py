@@ -48,16 +48,18 @@ def _losses(workdir):
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    """The reference run on 1 device, and the same run on a 2x2x2 mesh of 8 devices with 2 microbatches."""
+    """The reference run on 1 device, and the same run on a 2x2x2 mesh of 8 devices with 2 microbatches and the
+    loss formed 8 positions at a time (sequences of 32)."""
     base = tmp_path_factory.mktemp("runs")
     single = _start(base / "single")
-    sharded = _start(base / "sharded", devices=8, mesh={"data": 2, "fsdp": 2, "tensor": 2}, grad_accum=2)
+    sharded = _start(base / "sharded", devices=8, mesh={"data": 2, "fsdp": 2, "tensor": 2}, grad_accum=2,
+                     loss_chunk_len=8)
     _finish(single)
     _finish(sharded)
     return {"single": _losses(base / "single"), "sharded": _losses(base / "sharded"), "dir": base}
 
 
-def test_sharded_mesh_with_accumulation_matches_one_device(runs):
+def test_sharded_mesh_with_accumulation_and_a_sliced_loss_matches_one_device(runs):
     single, sharded = runs["single"], runs["sharded"]
     assert sorted(single) == list(range(1, 9)) == sorted(sharded)
     np.testing.assert_allclose([sharded[s] for s in single], list(single.values()), rtol=2e-5)
