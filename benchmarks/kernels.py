@@ -198,8 +198,8 @@ def breakdown(B, T, reps, configs, families):
                 t["delta_states"] = run(jit(lambda w, u, k, G: delta_rule.delta_states(
                     w, u, k, G, lay.writes, lay.keep, h0, store=jnp.float32, **kw)), w, v, k, G)
                 t["delta_dstates"] = run(jit(lambda q, k, do, G: delta_rule.delta_dstates(
-                    q, k, k, do, do.astype(jnp.float32), G, lay.reads, lay.writes, lay.keep, h0, scale=1.0, store=jnp.bfloat16,
-                    **kw)),
+                    q, k, k, do, do.astype(jnp.float32), G, lay.reads, lay.writes, lay.keep, h0, scale=1.0,
+                    store=jnp.bfloat16, **kw)),
                     q, k, do, G)
                 t["delta_local (XLA)"] = run(jit(lambda q, k, v, g, beta: backend._delta_local(
                     q, k, v, g, beta, lay, C)), q, k, v, jnp.asarray(x["g"]), jnp.asarray(x["beta"]))

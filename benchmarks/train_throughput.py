@@ -11,7 +11,9 @@ timed end to end (device synchronised). MFU counts 6 N FLOPs per token against `
 (dense bf16 of an H100/H200: 989). Results go to stdout as a table and, with --out, as JSON
 lines; a preset that fails (e.g. out of memory) gets a row with its error and the others still run.
 `--memory-only` compiles the step on the current backend and reports XLA's planned buffers instead
-(what `--loss-chunk-len` or `--remat` saves can be read off on a CPU before a GPU run).
+(on a CPU these are the CPU compiler's totals, not a GPU's peak: gla-1.3b with `--attn-impl chunk
+--param-dtype bfloat16` planned 147.3 GiB of temporaries there, 145.5 GiB with `--loss-chunk-len
+1024`; measure memory savings on the GPU).
 """
 
 import argparse
@@ -106,7 +108,8 @@ def main(argv=None):
         print(f"\n{'preset':16s} {'loss chunk':>10s} {'arguments GiB':>14s} {'temporaries GiB':>16s}")
         for r in rows:
             print(f"{r['preset']:16s} failed: {r['error'][:100]}" if "error" in r else
-                  f"{r['preset']:16s} {r['loss_chunk_len']:10d} {r['arguments_GiB']:14.2f} {r['temporaries_GiB']:16.2f}")
+                  f"{r['preset']:16s} {r['loss_chunk_len']:10d} {r['arguments_GiB']:14.2f} "
+                  f"{r['temporaries_GiB']:16.2f}")
         return
     print(f"\n{'preset':16s} {'params':>8s} {'step ms':>9s} {'tokens/s':>10s} {'MFU':>6s} {'peak GiB':>9s}")
     for r in rows:

@@ -119,13 +119,6 @@ def diagonal_scores(q, k, g, dd, scores, *, chunk, interpret):
                   name="diagonal_scores")(q, k, g, dd, scores)
 
 
-def _pairwise_decay(g_ref, b, rows, h, ks):
-    """[SUB, SUB, BK]: exp(G_i - G_j) for j <= i inside one sub-block, 0 above the diagonal."""
-    G = g_ref[b, rows, h, ks]
-    i = iota(SUB)
-    return masked_exp(G[:, None, :] - G[None, :, :], (i[:, None] >= i[None, :])[:, :, None])
-
-
 def chunk_states(x, y, g, mask, keep, h0, *, chunk, gate, side, reverse=False, scale=1.0, store=None,
                  interpret):
     """The state pass. side="write": x are keys (f = exp(G_last - G) * mask); "read": queries (f = exp(G) * mask).
@@ -301,6 +294,13 @@ def chunk_dqk(q, k, v, do, g, reads, writes, keep, states, dstates, dscores, dia
     outs = (grad, grad) + ((jax.ShapeDtypeStruct(q.shape, f32),) if gate == "channel" else ())
     res = launch(kernel, outs, (dk // bk, tp // chunk, b_ * heads), interpret=interpret, name="chunk_dqk")(*args)
     return res[0], res[1], (res[2] if gate == "channel" else None)
+
+
+def _pairwise_decay(g_ref, b, rows, h, ks):
+    """[SUB, SUB, BK]: exp(G_i - G_j) for j <= i inside one sub-block, 0 above the diagonal."""
+    G = g_ref[b, rows, h, ks]
+    i = iota(SUB)
+    return masked_exp(G[:, None, :] - G[None, :, :], (i[:, None] >= i[None, :])[:, :, None])
 
 
 def diagonal_dqk(q, k, g, dscores, *, chunk, interpret):

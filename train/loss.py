@@ -35,6 +35,8 @@ def loss_sums(x, head, dtype, batch, chunk_len: int = 0):
     b, t = batch["targets"].shape
     if not chunk_len or chunk_len >= t:
         return _slice_sums(x, head, dtype, batch["targets"], batch["loss_mask"])
+    if dtype is not None:  # once here: inside the scan each slice (and its recompute) would cast [D, vocab] again
+        head = head.astype(dtype)
     pad = -t % chunk_len
 
     def slices(a):  # [B, T, ...] -> [T / chunk_len, B, chunk_len, ...], padded positions unscored
