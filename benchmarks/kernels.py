@@ -143,7 +143,7 @@ def breakdown(B, T, reps, configs, families):
     import jax.numpy as jnp
 
     import ccq_jax.ops.pallas as backend
-    from pallas_kernels import _tiles, delta_rule
+    from pallas_kernels import _tiles, delta_rule, delta_wy
     from pallas_kernels import linear_attention as la
 
     def run(fn, *args):
@@ -201,6 +201,8 @@ def breakdown(B, T, reps, configs, families):
                     q, k, k, do, do.astype(jnp.float32), G, lay.reads, lay.writes, lay.keep, h0, scale=1.0,
                     store=jnp.bfloat16, **kw)),
                     q, k, do, G)
+                t["wy_representation"] = run(jit(lambda k, v, G, beta: delta_wy.wy_representation(
+                    k, v, G, beta, lay.reads, lay.dd, **kw)), k, v, G, jnp.asarray(x["beta"]))
                 t["delta_local (XLA)"] = run(jit(lambda q, k, v, g, beta: backend._delta_local(
                     q, k, v, g, beta, lay, C)), q, k, v, jnp.asarray(x["g"]), jnp.asarray(x["beta"]))
             for name, ms in t.items():
@@ -223,9 +225,11 @@ def main():
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--out", default="bench_kernels.json")
     ap.add_argument("--breakdown", action="store_true", help="time each Pallas kernel alone (first seqlen)")
+    ap.add_argument("--tilings", nargs="+", default=["default", "64/4", "32/4", "64/8", "128/8"],
+                    help="breakdown columns: 'default' (each kernel's own) or WIDTH/WARPS")
     a = ap.parse_args()
     if a.breakdown:
-        configs = [("default", "default"), (64, 4), (32, 4), (64, 8), (128, 8)]
+        configs = [("default", "default") if c == "default" else tuple(map(int, c.split("/"))) for c in a.tilings]
         rows = breakdown(a.batch, a.seqlens[0], a.reps, configs, a.families)
         json.dump(rows, open(a.out, "w"), indent=1)
         return

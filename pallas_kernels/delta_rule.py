@@ -51,9 +51,9 @@ def delta_states(w, u, k, g, writes, keep, h0, *, chunk, store, interpret):
             v_new = u_ref[b, rows, h, vs].astype(f32) - dot(w_t, S.astype(w_t.dtype))
             vn_ref[b, rows, h, vs] = v_new.astype(vn_ref.dtype)
             G, G_last = gate_tile(g_ref, "head", b, rows, h, ks), gate_row(g_ref, "head", b, t0 + chunk - 1, h, ks)
-            ke = (tile(k_ref, b, rows, h, ks) * to_end(G, G_last, m_ref[b, rows])).astype(w_t.dtype)
+            v_end = (v_new * to_end(G, G_last, m_ref[b, rows])).astype(w_t.dtype)  # the decay on the [C, BV] side
             decay = chunk_decay(G_last, jnp.min(keep_ref[b, rows]))
-            return S * jnp.reshape(decay, (1, 1)) + dot(ke, v_new.astype(w_t.dtype), trans_a=True)
+            return S * jnp.reshape(decay, (1, 1)) + dot(k_ref[b, rows, h, ks], v_end, trans_a=True)
 
         ht_ref[b, h, ks, vs] = jax.lax.fori_loop(0, n_chunks, step, h0_ref[b, h, ks, vs].astype(f32))
 
@@ -89,6 +89,8 @@ def delta_dstates(q, k, w, do, dv_local, g, reads, writes, keep, dfinal, *, chun
             rows = pl.ds(t0, chunk)
             dh_ref[b, n, h, ks, vs] = dS.astype(dh_ref.dtype)
             G, G_last = gate_tile(g_ref, "head", b, rows, h, ks), gate_row(g_ref, "head", b, t0 + chunk - 1, h, ks)
+            # the decays on the [C, K] tiles here: loads that feed the dots directly are software-pipelined into
+            # shared memory, and with k, q and w all so (bf16, K = 256, two stages) the kernel asked for 271 KB
             ke = (tile(k_ref, b, rows, h, ks) * to_end(G, G_last, m_ref[b, rows])).astype(dtype)
             dv_new = dvl_ref[b, rows, h, vs] + dot(ke, dS.astype(dtype))
             dvn_ref[b, rows, h, vs] = dv_new.astype(dvn_ref.dtype)

@@ -119,6 +119,14 @@ def diagonal_scores(q, k, g, dd, scores, *, chunk, interpret):
                   name="diagonal_scores")(q, k, g, dd, scores)
 
 
+def _factor_in(x, y, f):
+    """(x, y) with the factor f of x's rows taken in: into x when it is per channel ([C, BK]), else into y
+    (a per-token [C, 1] factor scales the rows of either; x then enters the dot as loaded)."""
+    if f.shape[1] == 1:
+        return x, (y.astype(f32) * f).astype(y.dtype)
+    return (x.astype(f32) * f).astype(x.dtype), y
+
+
 def chunk_states(x, y, g, mask, keep, h0, *, chunk, gate, side, reverse=False, scale=1.0, store=None,
                  interpret):
     """The state pass. side="write": x are keys (f = exp(G_last - G) * mask); "read": queries (f = exp(G) * mask).
@@ -150,8 +158,8 @@ def chunk_states(x, y, g, mask, keep, h0, *, chunk, gate, side, reverse=False, s
             G_last = gate_row(g_ref, gate, b, t0 + chunk - 1, h, ks)
             m = m_ref[b, rows]
             f = to_end(G, G_last, m) if side == "write" else from_start(G, m)
-            xe = (tile(x_ref, b, rows, h, ks) * f).astype(x_ref.dtype)
-            update = scale * dot(xe, y_ref[b, rows, h, vs], trans_a=True)
+            x_f, y_f = _factor_in(x_ref[b, rows, h, ks], y_ref[b, rows, h, vs], f)
+            update = scale * dot(x_f, y_f, trans_a=True)
             return jnp.reshape(chunk_decay(G_last, jnp.min(keep_ref[b, rows])), (-1, 1)), update
 
         def step(i, carry):  # chunk i+1's loads and dot are issued before chunk i's state update needs its own
@@ -204,9 +212,11 @@ def chunk_out(x, g, mask, states, scores, y, *, chunk, gate, side, transpose_sco
                     f = to_end(G, gate_row(g_ref, gate, b, t0 + chunk - 1, h, ks), m)
                 else:
                     f = from_start(G, m)
-                xe = (tile(x_ref, b, rows, h, ks) * f).astype(x_ref.dtype)
-                acc += dot(xe, hs_ref[b, n, h, ks, vs].astype(x_ref.dtype))
-            out = out + s_inter * acc
+                xt = x_ref[b, rows, h, ks]
+                if gate == "channel":
+                    xt = (xt.astype(f32) * f).astype(x_ref.dtype)
+                acc += dot(xt, hs_ref[b, n, h, ks, vs].astype(x_ref.dtype))
+            out = out + s_inter * (acc if gate == "channel" else acc * f)  # a per-token factor scales the rows
         o_ref[b, rows, h, vs] = out.astype(o_ref.dtype)
 
     args = ((x,) + ((g,) if gate else ()) + (mask, states) if inter else ()) + (scores, y)

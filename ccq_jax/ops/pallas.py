@@ -11,8 +11,9 @@ is kept between forward and backward) and then run the state gradient backwards 
 chunks, as fla does:
   GLA and the CCQ covariance: all in Pallas (`pallas_kernels.linear_attention`).
   Gated delta rule: the two sequential passes and the output in Pallas
-    (`pallas_kernels.delta_rule`); the per-chunk WY/UT algebra, and its gradient by autodiff,
-    in XLA (`_delta_local`).
+    (`pallas_kernels.delta_rule`); the per-chunk WY/UT algebra in one Pallas kernel in the
+    forward (`pallas_kernels.delta_wy`), and in XLA (`_delta_local`) in the backward, whose
+    gradient is the autodiff of that XLA form.
   CCQ key sums and counts: XLA (a masked sum inside chunks, an associative scan across them).
 """
 
@@ -26,7 +27,7 @@ from ccq_jax.ops._common import HIGHEST, ccq_correction, ccq_keys
 from ccq_jax.ops.chunk import _doc_masks, _masked_exp, _mm
 from ccq_jax.ops.scan import _diagonal_scan, _fold_initial
 from ccq_jax.ops.types import CCQStats
-from pallas_kernels import delta_rule
+from pallas_kernels import delta_rule, delta_wy
 from pallas_kernels import linear_attention as la
 from pallas_kernels._tiles import SUB
 
@@ -252,19 +253,18 @@ def _delta_local(q, k, v, g, beta, lay, chunk):
     )
 
 
-def _delta_pass(k, g, h0, lay, local, chunk):
-    """The chunk-to-chunk pass, given the per-chunk algebra: (G, w, state entering each chunk, v_new, final)."""
-    G = _chunk_cumsum(g, chunk)
-    w = local.w.astype(k.dtype)
-    states, v_new, final = delta_rule.delta_states(w, local.u.astype(k.dtype), k, G, lay.writes, lay.keep, h0,
-                                                   chunk=chunk, store=k.dtype, interpret=_interpret())
-    return G, w, states, v_new, final
+def _delta_pass(k, G, w, u, h0, lay, chunk):
+    """The chunk-to-chunk pass, given w and u: (state entering each chunk, v_new, final state)."""
+    return delta_rule.delta_states(w.astype(k.dtype), u.astype(k.dtype), k, G, lay.writes, lay.keep, h0,
+                                   chunk=chunk, store=k.dtype, interpret=_interpret())
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(7, 8))
 def _delta_rule(q, k, v, g, beta, h0, lay, scale, chunk):
-    G, _, states, v_new, final = _delta_pass(k, g, h0, lay, _delta_local(q, k, v, g, beta, lay, chunk), chunk)
     interpret = _interpret()
+    G = _chunk_cumsum(g, chunk)
+    w, u = delta_wy.wy_representation(k, v, G, beta, lay.reads, lay.dd, chunk=chunk, interpret=interpret)
+    states, v_new, final = _delta_pass(k, G, w, u, h0, lay, chunk)
     scores = la.intra_scores(q, k, G, lay.dd, chunk=chunk, gate="head", interpret=interpret)
     o = la.chunk_out(q, G, lay.reads, states, scores, v_new, chunk=chunk, gate="head", side="read",
                      transpose_scores=False, s_inter=scale, s_intra=scale, out_dtype=v.dtype, interpret=interpret)
@@ -280,8 +280,10 @@ def _dr_bwd(scale, chunk, res, cts):
     do, dfinal = cts
     do = do.astype(q.dtype)
     interpret = _interpret()
+    # the gradient of the per-chunk algebra by autodiff of its XLA form, whose w and u the states are rebuilt from
     local, local_vjp = jax.vjp(lambda *x: _delta_local(*x, lay, chunk), q, k, v, g, beta)
-    G, w, states, v_new, _ = _delta_pass(k, g, h0, lay, local, chunk)
+    G, w = _chunk_cumsum(g, chunk), local.w.astype(k.dtype)
+    states, v_new, _ = _delta_pass(k, G, w, local.u, h0, lay, chunk)
     dv_local = la.chunk_out(k, None, None, None, local.scores, do, chunk=chunk, gate=None, side="write",
                             transpose_scores=True, s_inter=0.0, s_intra=scale, out_dtype=f32, interpret=interpret)
     dstates, dv_new, dh0 = delta_rule.delta_dstates(q, k, w, do, dv_local, G, lay.reads, lay.writes, lay.keep,
