@@ -7,7 +7,8 @@ precision; bfloat16: what fla's anchor does, `model.to(torch.bfloat16)` under Ad
 with every block rematerialised (`--remat`), initialised in place on a one-device mesh, and
 trained with the project's own train step (`train.step`: AdamW, clipping, the masked LM loss) on
 a fresh batch of random tokens per step. After `--warmup` compiled steps, `--steps` steps are
-timed end to end (device synchronised). MFU counts 6 N FLOPs per token against `--peak-tflops`
+timed end to end (device synchronised); a compilation inside them is counted and warned about (its
+time is not a step's). MFU counts 6 N FLOPs per token against `--peak-tflops`
 (dense bf16 of an H100/H200: 989). Results go to stdout as a table and, with --out, as JSON
 lines; a preset that fails (e.g. out of memory) gets a row with its error and the others still run.
 `--memory-only` compiles the step on the current backend and reports XLA's planned buffers instead
@@ -28,6 +29,22 @@ from ccq_jax.models import count_params, get_config
 from train.optim import OptimConfig, make_optimizer
 from train.sharding import MeshConfig, make_mesh
 from train.step import compile_steps, init_state, make_eval_step, make_train_step
+
+
+class _CompileCounter:
+    """Collects the seconds of every XLA backend compilation while open (jax.monitoring's compile event)."""
+
+    def __enter__(self):
+        self.seconds = []
+        jax.monitoring.register_event_duration_secs_listener(self._record)
+        return self
+
+    def _record(self, event, duration, **_):
+        if event == "/jax/core/compile/backend_compile_duration":
+            self.seconds.append(duration)
+
+    def __exit__(self, *exc):
+        jax.monitoring.unregister_event_duration_listener(self._record)
 
 
 def measure(preset, batch_size, seqlen, steps, warmup, peak_tflops, attn_impl, param_dtype="float32", remat=False,
@@ -63,17 +80,22 @@ def measure(preset, batch_size, seqlen, steps, warmup, peak_tflops, attn_impl, p
         state, metrics = train_step(state, data)
         jax.block_until_ready(metrics)
         print(f"{preset}: warm-up step {i + 1} done after {time.perf_counter() - begin:.1f} s", flush=True)
-    start = time.perf_counter()
-    for data in batches[warmup:]:
-        state, metrics = train_step(state, data)
-    jax.block_until_ready(metrics)
-    seconds = (time.perf_counter() - start) / steps
+    with _CompileCounter() as compiles:
+        start = time.perf_counter()
+        for data in batches[warmup:]:
+            state, metrics = train_step(state, data)
+        jax.block_until_ready(metrics)
+        seconds = (time.perf_counter() - start) / steps
+    if compiles.seconds:
+        print(f"{preset}: WARNING: {len(compiles.seconds)} compilation(s), {sum(compiles.seconds):.1f} s, inside the "
+              "timed steps: the time is not a step's; raise --warmup", flush=True)
     n = count_params(cfg)
     tokens_per_s = batch_size * seqlen / seconds
     stats = jax.local_devices()[0].memory_stats() or {}
     return {"preset": preset, "params_M": n / 1e6, "step_ms": 1e3 * seconds, "tokens_per_s": tokens_per_s,
             "mfu": 6 * n * tokens_per_s / (peak_tflops * 1e12) if peak_tflops else None,
-            "peak_GiB": stats.get("peak_bytes_in_use", 0) / 2**30, "loss": float(metrics["loss"]), **settings}
+            "peak_GiB": stats.get("peak_bytes_in_use", 0) / 2**30, "loss": float(metrics["loss"]),
+            "compiles_in_timed_steps": len(compiles.seconds), **settings}
 
 
 def main(argv=None):
