@@ -5,7 +5,7 @@
 #   bash benchmarks/gpu_suite.sh STAGE OUTDIR     (from the repository root; fla's two wheels in .whl/)
 #
 #   check    GPU 0: the full-size Pallas tests; GPU 1: 1.3B parity, fp32 (IEEE) then bf16, gla beside gdn
-#   kernels  GPU 0: benchmarks/kernels.py (ours, then fla) at T = 4096 and 16384
+#   kernels  GPU 0: benchmarks/kernels.py (ours, then fla) at T = 4096 and 16384; GPU 1 then: fla's kernels one by one
 #   train    GPU 0: our 1.3B presets, one process each, about 2.5 minutes apiece, so two per call (PRESETS,
 #            default "ccq-gla-1.3b gla-1.3b"; then PRESETS="ccq-gdn-1.3b gdn-1.3b"; TRAIN_ARGS, e.g.
 #            "--loss-chunk-len 1024", goes to train_throughput.py); GPU 1: fla's anchor models()
@@ -33,7 +33,8 @@ check)
   done ) & done
   wait; tail -3 "$OUT/gpu_tests.log"; for f in "$OUT"/parity-*.log; do echo "$f"; tail -7 "$f"; done ;;
 kernels)
-  on 0 python3 benchmarks/kernels.py --seqlens 4096 16384 --impls pallas --out "$OUT/kernels.json" ;;
+  on 0 python3 benchmarks/kernels.py --seqlens 4096 16384 --impls pallas --out "$OUT/kernels.json"
+  on 1 python3 benchmarks/fla_kernel_profile.py > "$OUT/fla_profile.md" 2>&1; cat "$OUT/fla_profile.md" ;;
 train)
   # fla's models() fills its dict model by model: print each result as it lands, so a time limit keeps the first
   ( cd .whl && on 1 python3 -c "
