@@ -3,8 +3,12 @@
 A backend module defines `gla`, `gated_delta_rule` and `ccq_query` with the keyword
 signatures of `ccq_jax.ops.recurrent`, plus `chunk_size` where it works in chunks. It may also
 define fused `ccq_gla` / `ccq_gated_delta_rule`; without them the CCQ ops are composed from
-its `ccq_query` and backbone. Modules are imported on first use, so a backend whose
-dependencies are missing costs nothing until it is asked for.
+its `ccq_query` and backbone.
+
+Every backend is imported with the package, never on first use: importing Pallas registers jax
+config options that are part of jit's cache key (the fuser's `pallas_fuser_disable_nested_fuse`),
+so a first import inside a trace changed the key of the jit being traced, and that jit compiled
+again on its next call (a 1.3B train step twice, about 2.5 minutes each on the H200).
 """
 
 import functools
@@ -29,15 +33,13 @@ def check_impl(impl):
     return impl
 
 
-@functools.cache
-def _module(impl):
-    return importlib.import_module(BACKENDS[impl])
+_MODULES = {impl: importlib.import_module(path) for impl, path in BACKENDS.items()}
 
 
 @functools.cache
 def resolve(op, impl):
     """The jit-compiled backend function for `op`, or None when the backend does not define it."""
-    fn = getattr(_module(check_impl(impl)), op, None)
+    fn = getattr(_MODULES[check_impl(impl)], op, None)
     if fn is None:
         return None
     static = [p for p in inspect.signature(fn).parameters if p in _STATIC]
@@ -45,5 +47,5 @@ def resolve(op, impl):
 
 
 def takes_chunk_size(op, impl):
-    fn = getattr(_module(check_impl(impl)), op)
+    fn = getattr(_MODULES[check_impl(impl)], op)
     return "chunk_size" in inspect.signature(fn).parameters
