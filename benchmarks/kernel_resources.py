@@ -1,0 +1,135 @@
+"""Shared memory, registers and spills of every Pallas kernel for an H100/H200 (sm_90), without a GPU.
+
+Lowers the ops' forward and backward at the benchmark's head sizes to Triton IR as the GPU
+backend would (as tests/pallas/test_lowering.py does), then compiles each kernel's IR with the
+`triton` package and its `ptxas -v`. triton is not a dependency: install the GPU machine's
+version where you run this (`pip install --target /tmp/tritonsite triton==3.6.0`, then
+`PYTHONPATH=.:/tmp/tritonsite`). XLA compiles the same IR with its own Triton, so the numbers
+are indicative; a kernel asking for more than an H200 block's 227 KB of shared memory fails to
+launch there.
+
+    PYTHONPATH=.:/tmp/tritonsite python benchmarks/kernel_resources.py --ops gated_delta_rule --dtype bfloat16
+
+Checked against the H200: a `delta_dstates` variant that the GPU refused for asking 271,364 bytes
+of shared memory comes out here at 271,364. tests/pallas/test_resources.py runs the bf16 check in
+CI (the fp32 kernels' IEEE dots take this compiler many minutes).
+"""
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+SHARED_LIMIT = 232448  # bytes per block on an H100/H200 (the limit XLA reports when a kernel exceeds it)
+
+COMPILE = """
+import os, subprocess, sys
+from triton.backends.compiler import GPUTarget
+from triton.compiler import compile as triton_compile
+import triton.backends.nvidia as nvidia
+path, warps, stages = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+kernel = triton_compile(path, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=warps, num_stages=stages))
+open(path + ".ptx", "w").write(kernel.asm["ptx"])
+ptxas = os.path.join(os.path.dirname(nvidia.__file__), "bin", "ptxas")
+out = subprocess.run([ptxas, "-arch=sm_90a", "-v", path + ".ptx", "-o", os.devnull], capture_output=True, text=True)
+print("shared", kernel.metadata.shared)
+print(out.stdout + out.stderr)
+"""
+
+
+def lowered_kernels(op, dtype):
+    """[(kernel name, Triton IR text, num_warps, num_stages)] of `op`'s forward and backward, in lowering order."""
+    import jax
+    import jax.numpy as jnp
+    from jax._src.interpreters import mlir
+    from jax._src.pallas.triton import gpu_info, lowering, pallas_call_registration
+    from jax._src.lib.mlir import ir
+
+    import ccq_jax.ops as ops
+    import ccq_jax.ops.pallas as backend
+
+    info = gpu_info.GpuInfo(gpu_version=None, arch_name="9.0", compute_capability=90)
+    modules, kernels = [], []
+    lower, custom_call = lowering.lower_jaxpr_to_triton_module, mlir.custom_call
+    get_info, interpret = pallas_call_registration.gpu_info_lib.get_gpu_info, backend._interpret
+
+    def capture_module(*args, **kwargs):
+        result = lower(*args, **kwargs)
+        modules.append(result.module.operation.get_asm(enable_debug_info=False))
+        return result
+
+    def capture_call(*args, **kwargs):
+        if kwargs.get("call_target_name") == "__gpu$xla.gpu.triton":
+            value = lambda key, kind: kind(kwargs["backend_config"][key]).value
+            kernels.append((value("name", ir.StringAttr), modules.pop(), value("num_warps", ir.IntegerAttr),
+                            value("num_stages", ir.IntegerAttr)))
+        return custom_call(*args, **kwargs)
+
+    lowering.lower_jaxpr_to_triton_module, mlir.custom_call = capture_module, capture_call
+    pallas_call_registration.gpu_info_lib.get_gpu_info, backend._interpret = (lambda: info), (lambda: False)
+    try:
+        B, T, H, K, V = 1, 128, 2, 256, 512
+        spec = lambda *shape, d=dtype: jax.ShapeDtypeStruct(shape, d)
+        f32 = jnp.float32
+        args = {"q": spec(B, T, H, K), "k": spec(B, T, H, K), "v": spec(B, T, H, V), "g": spec(B, T, H, K, d=f32),
+                "g_head": spec(B, T, H, d=f32), "beta": spec(B, T, H, d=f32), "lam": spec(B, T, H, d=f32)}
+        names = {"gla": ["q", "k", "v", "g"], "gated_delta_rule": ["q", "k", "v", "g_head", "beta"],
+                 "ccq_query": ["q", "k", "lam"]}[op]
+        loss = lambda *x: jnp.sum(jnp.square(getattr(ops, op)(*x, impl="pallas")[0].astype(f32)))
+        grad = jax.jit(jax.grad(loss, argnums=tuple(range(len(names)))))
+        grad.trace(*(args[n] for n in names)).lower(lowering_platforms=("cuda",))
+    finally:
+        lowering.lower_jaxpr_to_triton_module, mlir.custom_call = lower, custom_call
+        pallas_call_registration.gpu_info_lib.get_gpu_info, backend._interpret = get_info, interpret
+    return kernels
+
+
+def measure(op, dtype, timeout):
+    """[(kernel, warps, stages, (shared bytes, registers, spill stores, spill loads) or None)], one per distinct
+    kernel of `op`'s forward and backward."""
+    rows, seen = [], set()
+    for name, text, warps, stages in lowered_kernels(op, dtype):
+        if (name, text) not in seen:
+            seen.add((name, text))
+            rows.append((name, warps, stages, resources(text, warps, stages, timeout)))
+    return rows
+
+
+def resources(text, warps, stages, timeout):
+    """(shared bytes, registers, spill stores, spill loads) of one kernel; None where the compile failed."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "kernel.ttir")
+        with open(path, "w") as f:
+            f.write(text)
+        try:
+            out = subprocess.run([sys.executable, "-c", COMPILE, path, str(warps), str(stages)], capture_output=True,
+                                 text=True, timeout=timeout).stdout
+        except subprocess.TimeoutExpired:
+            return None
+    number = lambda pattern: int(m.group(1)) if (m := re.search(pattern, out)) else None
+    return (number(r"shared (\d+)"), number(r"Used (\d+) registers"), number(r"(\d+) bytes spill stores"),
+            number(r"(\d+) bytes spill loads"))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--ops", nargs="+", default=["gla", "gated_delta_rule", "ccq_query"])
+    ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
+    ap.add_argument("--timeout", type=float, default=600, help="seconds per kernel's compile")
+    a = ap.parse_args()
+    print("| op | kernel | warps | stages | shared KB | registers | spill stores / loads B |\n|---|---|---|---|---|---|---|")
+    for op in a.ops:
+        for name, warps, stages, found in measure(op, a.dtype, a.timeout):
+            if found is None or found[0] is None:
+                print(f"| {op} | {name} | {warps} | {stages} | compile failed or timed out | | |", flush=True)
+                continue
+            shared, regs, stores, loads = found
+            flag = " (over the limit)" if shared > SHARED_LIMIT else ""
+            print(f"| {op} | {name} | {warps} | {stages} | {shared / 1024:.1f}{flag} | {regs} | {stores} / {loads} |",
+                  flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,18 @@
+"""Every Pallas kernel (forward and backward, bf16, the benchmark's head sizes) fits an H100/H200 block's shared
+memory, checked without a GPU: the kernels' Triton IR compiled for sm_90 by the `triton` package
+(benchmarks/kernel_resources.py; for a kernel the H200 refused it gives the very byte count the H200 reported).
+"""
+
+import pytest
+
+from benchmarks.kernel_resources import SHARED_LIMIT, measure
+
+
+@pytest.mark.parametrize("op", ["gla", "gated_delta_rule", "ccq_query"])
+def test_every_kernel_fits_the_shared_memory(op):
+    rows = measure(op, "bfloat16", timeout=300)
+    assert rows, "no kernel lowered"
+    failed = [name for name, _, _, found in rows if found is None or found[0] is None]
+    assert not failed, f"did not compile: {failed}"
+    over = {name: found[0] for name, _, _, found in rows if found[0] > SHARED_LIMIT}
+    assert not over, f"over the {SHARED_LIMIT} bytes of shared memory per block: {over}"
