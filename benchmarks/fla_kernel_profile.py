@@ -5,33 +5,21 @@ Run on the GPU machine with fla's wheels installed (docs/benchmarks.md says how)
 
 Same inputs and shapes as benchmarks/kernels.py; `torch.profiler` over `--calls` fwd+bwd calls
 after a warm-up; prints each kernel's CUDA time per call and how often it runs per call.
-fla refuses its Gated DeltaNet backward on Hopper (fla issue #640); the guard is lifted here, as
-in kernels.py, to time it.
+fla refuses its Gated DeltaNet backward on Hopper (fla issue #640); `kernels.fla_call` lifts the
+guard to time it.
 """
 
 import argparse
 
-from benchmarks.kernels import SHAPES, _inputs
+from benchmarks.kernels import SHAPES, _inputs, fla_call
 
 
 def profile(family, B, T, calls):
     import torch
-    import fla.ops.common.chunk_o as chunk_o
-    from fla.ops.gated_delta_rule import chunk_gated_delta_rule
-    from fla.ops.gla import chunk_gla
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as torch_profile
 
-    chunk_o.IS_NVIDIA_HOPPER = False  # timing only: its GDN gradients are wrong on Hopper
-    x = _inputs(family, B, T)
-    t = lambda a, dt=torch.bfloat16: torch.tensor(a, device="cuda").to(dt).requires_grad_()
-    q, k, v, g = t(x["q"]), t(x["k"]), t(x["v"]), t(x["g"], torch.float32)
-    do = torch.tensor(x["do"], device="cuda").to(torch.bfloat16)
-    if family == "gla":
-        fn = lambda: chunk_gla(q, k, v, g)[0]
-    else:
-        beta = t(x["beta"])
-        fn = lambda: chunk_gated_delta_rule(q, k, v, g, beta)[0]
+    fn, do = fla_call(family, _inputs(family, B, T))
     for _ in range(5):
         fn().backward(do)
     torch.cuda.synchronize()

@@ -11,8 +11,9 @@ launch there.
     PYTHONPATH=.:/tmp/tritonsite python benchmarks/kernel_resources.py --ops gated_delta_rule --dtype bfloat16
 
 Checked against the H200: a `delta_dstates` variant that the GPU refused for asking 271,364 bytes
-of shared memory comes out here at 271,364. tests/pallas/test_resources.py runs the bf16 check in
-CI (the fp32 kernels' IEEE dots take this compiler many minutes).
+of shared memory comes out here at 271,364. In CI, tests/pallas/test_lowering.py counts the kernels
+`lowered_kernels` captures and tests/pallas/test_resources.py runs the bf16 check (the fp32
+kernels' IEEE dots take this compiler many minutes).
 """
 
 import argparse

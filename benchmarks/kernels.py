@@ -49,24 +49,31 @@ def _inputs(family, B, T, seed=0):
     return x
 
 
-def time_fla(family, x, reps):
+def fla_call(family, x):
+    """(fn, do): fla's chunked op of `family` on the inputs x, moved to the GPU (bf16 q/k/v, fp32 gates, all
+    requiring gradients), and the bf16 output gradient. fla's Hopper guard is lifted: timing only, its GDN
+    gradients are wrong there."""
     import torch
-    import triton
     import fla.ops.common.chunk_o as chunk_o
     from fla.ops.gated_delta_rule import chunk_gated_delta_rule
     from fla.ops.gla import chunk_gla
 
-    chunk_o.IS_NVIDIA_HOPPER = False  # lift fla's Hopper guard (timing only: its GDN gradients are wrong here)
-    dev = "cuda"
-    t = lambda a, dt=torch.bfloat16: torch.tensor(a, device=dev).to(dt).requires_grad_()
+    chunk_o.IS_NVIDIA_HOPPER = False
+    t = lambda a, dt=torch.bfloat16: torch.tensor(a, device="cuda").to(dt).requires_grad_()
     q, k, v = t(x["q"]), t(x["k"]), t(x["v"])
     g = t(x["g"], torch.float32)
-    do = torch.tensor(x["do"], device=dev).to(torch.bfloat16)
+    do = torch.tensor(x["do"], device="cuda").to(torch.bfloat16)
     if family == "gla":
-        fn = lambda: chunk_gla(q, k, v, g)[0]
-    else:
-        beta = t(x["beta"])
-        fn = lambda: chunk_gated_delta_rule(q, k, v, g, beta)[0]
+        return (lambda: chunk_gla(q, k, v, g)[0]), do
+    beta = t(x["beta"])
+    return (lambda: chunk_gated_delta_rule(q, k, v, g, beta)[0]), do
+
+
+def time_fla(family, x, reps):
+    import torch
+    import triton
+
+    fn, do = fla_call(family, x)
     bench = lambda f: triton.testing.do_bench(f, warmup=25, rep=reps * 10, quantiles=[0.5])
     res = {}
     with torch.no_grad():
@@ -77,7 +84,7 @@ def time_fla(family, x, reps):
     fn().backward(do)
     torch.cuda.synchronize()
     res["peak_gib"] = torch.cuda.max_memory_allocated() / 2**30
-    del q, k, v, g, do
+    fn = do = None  # frees fla's inputs before the cache is emptied
     torch.cuda.empty_cache()
     return res
 
@@ -103,7 +110,6 @@ def _ours_fn(op_name, impl, grad):
 
 
 def time_ours(op_name, impl, x, reps):
-    import jax
     import jax.numpy as jnp
 
     bf = lambda a: jnp.asarray(a, jnp.bfloat16)
@@ -163,7 +169,7 @@ def breakdown(B, T, reps, configs, families):
     rows = []
     own_block, own_launch = la.block, _tiles.launch
     for width, warps in configs:
-        for mod in (la, delta_rule):
+        for mod in (la, delta_rule, delta_wy):
             mod.block = own_block if width == "default" else lambda d, cap=None, w=width: min(d, w)
             mod.launch = own_launch if warps == "default" else launch_with(warps)
         for family in families:

@@ -31,7 +31,7 @@ from train.sharding import MeshConfig, make_mesh
 from train.step import compile_steps, init_state, make_eval_step, make_train_step
 
 
-class _CompileCounter:
+class CompileCounter:
     """Collects the seconds of every XLA backend compilation while open (jax.monitoring's compile event)."""
 
     def __enter__(self):
@@ -80,7 +80,7 @@ def measure(preset, batch_size, seqlen, steps, warmup, peak_tflops, attn_impl, p
         state, metrics = train_step(state, data)
         jax.block_until_ready(metrics)
         print(f"{preset}: warm-up step {i + 1} done after {time.perf_counter() - begin:.1f} s", flush=True)
-    with _CompileCounter() as compiles:
+    with CompileCounter() as compiles:
         start = time.perf_counter()
         for data in batches[warmup:]:
             state, metrics = train_step(state, data)

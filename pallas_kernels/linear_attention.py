@@ -204,19 +204,23 @@ def chunk_out(x, g, mask, states, scores, y, *, chunk, gate, side, transpose_sco
                             trans_a=transpose_scores)
         if inter:
             m = m_ref[b, rows]
+
+            def factor(ks):  # f of the x rows on columns ks: [C, BK] per channel, [C, 1] per token
+                G = gate_tile(g_ref, gate, b, rows, h, ks)
+                if side == "write":
+                    return to_end(G, gate_row(g_ref, gate, b, t0 + chunk - 1, h, ks), m)
+                return from_start(G, m)
+
             acc = jnp.zeros((chunk, bv), f32)
             for kt in range(dk // bk):
                 ks = pl.ds(kt * bk, bk)
-                G = gate_tile(g_ref, gate, b, rows, h, ks)
-                if side == "write":
-                    f = to_end(G, gate_row(g_ref, gate, b, t0 + chunk - 1, h, ks), m)
-                else:
-                    f = from_start(G, m)
                 xt = x_ref[b, rows, h, ks]
                 if gate == "channel":
-                    xt = (xt.astype(f32) * f).astype(x_ref.dtype)
+                    xt = (xt.astype(f32) * factor(ks)).astype(x_ref.dtype)
                 acc += dot(xt, hs_ref[b, n, h, ks, vs].astype(x_ref.dtype))
-            out = out + s_inter * (acc if gate == "channel" else acc * f)  # a per-token factor scales the rows
+            if gate != "channel":  # a per-token factor scales the rows of the whole product, once
+                acc = acc * factor(pl.ds(0, bk))
+            out = out + s_inter * acc
         o_ref[b, rows, h, vs] = out.astype(o_ref.dtype)
 
     args = ((x,) + ((g,) if gate else ()) + (mask, states) if inter else ()) + (scores, y)

@@ -14,17 +14,15 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 SCRIPT = textwrap.dedent("""
     import jax, jax.numpy as jnp
     import ccq_jax.ops as ops
+    from benchmarks.train_throughput import CompileCounter
 
-    compiles = []
-    jax.monitoring.register_event_duration_secs_listener(
-        lambda event, duration, **_: compiles.append(event)
-        if event == "/jax/core/compile/backend_compile_duration" else None)
     step = jax.jit(lambda q, k, v, g: ops.gla(q, k, v, g, impl="pallas")[0].sum())
     x = jnp.ones((1, 16, 1, 16)) * 0.1
-    step(x, x, x, -x).block_until_ready()
-    first = len(compiles)
-    step(x, x, x, -x).block_until_ready()
-    print(first, len(compiles) - first)
+    with CompileCounter() as first:
+        step(x, x, x, -x).block_until_ready()
+    with CompileCounter() as again:
+        step(x, x, x, -x).block_until_ready()
+    print(len(first.seconds), len(again.seconds))
 """)
 
 

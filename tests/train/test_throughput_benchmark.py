@@ -3,15 +3,15 @@
 import jax
 import jax.numpy as jnp
 
-from benchmarks.train_throughput import _CompileCounter, measure
+from benchmarks.train_throughput import CompileCounter, measure
 
 
 def test_counter_sees_a_compilation_and_only_while_open():
     f = jax.jit(lambda x: jnp.sin(x) * 3)
     x = jnp.ones(5)
-    with _CompileCounter() as first:
+    with CompileCounter() as first:
         f(x).block_until_ready()
-    with _CompileCounter() as again:
+    with CompileCounter() as again:
         f(x).block_until_ready()  # cached: no compilation
     jax.jit(lambda x: x + 1)(x)  # closed: not counted
     assert len(first.seconds) == 1 and first.seconds[0] > 0
