@@ -129,8 +129,9 @@ def wy_gradient(k, v, g, beta, reads, dd, dw, du, *, chunk, interpret):
     In order, to keep few blocks alive at once: the gram K K^T (a pass over K), T; dT (a pass over K,
     then one over V that also writes dv = beta T^T du); dA column block by column block, kept as
     D'_ij = dA_ij exp(G_i - G_j), the gradient of beta_i (k_i . k_j); a last pass over K writes
-    dk = kfac T^T dw + beta D' K + (beta D')^T K, and the row products of those three tiles with K give
-    dbeta and dG (sum_j D'_ij (k_i . k_j) = k_i . (D' K)_i, so no gram is kept).
+    dk = beta own + other with own = exp(G) reads T^T dw + D' K and other = (beta D')^T K (Kb = beta exp(G)
+    reads k), and the row products of those two tiles with K give their shares dbeta += own . k and
+    dG = beta own . k - other . k (sum_j D'_ij (k_i . k_j) = k_i . (D' K)_i, so no gram is kept).
     """
     b_, tp, heads, dk = k.shape
     dv = v.shape[-1]
@@ -180,17 +181,18 @@ def wy_gradient(k, v, g, beta, reads, dd, dw, du, *, chunk, interpret):
             for i in below(j):
                 Dp[i, j] = -sum(dot(T[m, i], Y[m], trans_a=True) for m in below(i)) * c.decay(i, j)
 
-        for cols in _column_tiles(dk):
+        for cols in _column_tiles(dk):  # dk_j = beta_j own_j + other_j; dbeta, dG from their rows' products with k_j
             for j in ids:
-                dkb = sum(dot(cast(T[i, j]), load(dw_ref, i, cols), trans_a=True) for i in below(j))  # dKb = T^T dw
-                rows = sum(dot(cast(Dp[j, i]), load(k_ref, i, cols)) for i in range(j + 1))  # (D' K)_j
-                cols_ = sum(dot(cast(c.beta[i][:, None] * Dp[i, j]), load(k_ref, i, cols), trans_a=True)
-                            for i in below(j))  # ((beta D')^T K)_j
-                dk_ref[b, c.rows(j), h, cols] = dkb * c.kfac[j][:, None] + c.beta[j][:, None] * rows + cols_
+                s_j = jnp.exp(c.G[j]) * c.read[j]  # Kb's row factor over beta
+                own = (sum(dot(cast(T[i, j] * s_j[None, :]), load(dw_ref, i, cols), trans_a=True) for i in below(j))
+                       + sum(dot(cast(Dp[j, i]), load(k_ref, i, cols)) for i in range(j + 1)))  # s T^T dw + D' K
+                other = sum(dot(cast(c.beta[i][:, None] * Dp[i, j]), load(k_ref, i, cols), trans_a=True)
+                            for i in below(j))  # (beta D')^T K
+                dk_ref[b, c.rows(j), h, cols] = c.beta[j][:, None] * own + other
                 k_j = load(k_ref, j, cols).astype(f32)
-                dkb_k, rows_k, cols_k = (jnp.sum(x * k_j, axis=1) for x in (dkb, rows, cols_))
-                dbeta[j] += dkb_k * jnp.exp(c.G[j]) * c.read[j] + rows_k
-                dG[j] += dkb_k * c.kfac[j] + c.beta[j] * rows_k - cols_k
+                own_k, other_k = (jnp.sum(x * k_j, axis=1) for x in (own, other))
+                dbeta[j] += own_k
+                dG[j] += c.beta[j] * own_k - other_k
 
         for j in ids:
             dbeta_ref[b, c.rows(j), h] = dbeta[j]
