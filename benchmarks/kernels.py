@@ -207,10 +207,15 @@ def breakdown(B, T, reps, configs, families):
                     q, k, k, do, do.astype(jnp.float32), G, lay.reads, lay.writes, lay.keep, h0, scale=1.0,
                     store=jnp.bfloat16, **kw)),
                     q, k, do, G)
+                beta = jnp.asarray(x["beta"])
                 t["wy_representation"] = run(jit(lambda k, v, G, beta: delta_wy.wy_representation(
-                    k, v, G, beta, lay.reads, lay.dd, **kw)), k, v, G, jnp.asarray(x["beta"]))
-                t["delta_local (XLA)"] = run(jit(lambda q, k, v, g, beta: backend._delta_local(
-                    q, k, v, g, beta, lay, C)), q, k, v, jnp.asarray(x["g"]), jnp.asarray(x["beta"]))
+                    k, v, G, beta, lay.reads, lay.dd, **kw)), k, v, G, beta)
+                t["wy_gradient"] = run(jit(lambda k, v, G, beta, dw, du: delta_wy.wy_gradient(
+                    k, v, G, beta, lay.reads, lay.dd, dw, du, **kw)), k, v, G, beta, k, do)
+                xla_wy = lambda k, v, G, beta: backend._delta_wy(k, v, G, beta, lay, C)
+                t["delta_wy (XLA)"] = run(jit(xla_wy), k, v, G, beta)
+                t["delta_wy vjp (XLA)"] = run(jit(lambda k, v, G, beta, dw, du: jax.vjp(xla_wy, k, v, G, beta)[1](
+                    (dw.astype(jnp.float32), du.astype(jnp.float32)))), k, v, G, beta, k, do)
             for name, ms in t.items():
                 rows.append(dict(family=family, kernel=name, width=width, warps=warps, ms=ms))
                 print(rows[-1], flush=True)

@@ -11,9 +11,9 @@ is kept between forward and backward) and then run the state gradient backwards 
 chunks, as fla does:
   GLA and the CCQ covariance: all in Pallas (`pallas_kernels.linear_attention`).
   Gated delta rule: the two sequential passes and the output in Pallas
-    (`pallas_kernels.delta_rule`); the per-chunk WY/UT algebra in one Pallas kernel in the
-    forward (`pallas_kernels.delta_wy`), and in XLA (`_delta_local`) in the backward, whose
-    gradient is the autodiff of that XLA form.
+    (`pallas_kernels.delta_rule`); the per-chunk WY/UT algebra (w, u) in one Pallas kernel
+    each way (`pallas_kernels.delta_wy`, its XLA twin `_delta_wy`); the rest of the per-chunk
+    algebra (`_delta_rest`) in XLA, whose gradient is its autodiff.
   CCQ key sums and counts: XLA (a masked sum inside chunks, an associative scan across them).
 """
 
@@ -208,47 +208,64 @@ def ccq_query(q, k, lam, *, centered, normalize_keys, initial_stats, docs, chunk
 # ---- gated delta rule -------------------------------------------------------------------------------
 
 
-class _DeltaLocal(NamedTuple):
-    """What the gated delta rule computes inside chunks (fp32), given its inputs."""
+class _DeltaRest(NamedTuple):
+    """What the gated delta rule computes inside chunks (fp32) besides w and u, given q, k and G."""
 
     q_read: jax.Array  # [B, Tp, H, K]  q exp(G) reads
     scores: jax.Array  # [B, H, Tp, C]  (q_i . k_j) exp(G_i - G_j), causal, one document
-    w: jax.Array  # [B, Tp, H, K]  T (beta exp(G) reads k)
-    u: jax.Array  # [B, Tp, H, V]  T (beta v)
     k_end: jax.Array  # [B, Tp, H, K]  k exp(G_last - G) writes
     decay: jax.Array  # [B, N, H]  exp(G_last) keep
 
 
-def _delta_local(q, k, v, g, beta, lay, chunk):
-    """The per-chunk algebra of the gated delta rule in XLA (docs/design.md, "Gated delta rule")."""
-    b, tp, h = g.shape
-    n = tp // chunk
-    to_c = lambda x: x.reshape(b, n, chunk, *x.shape[2:])
-    f = lambda x: to_c(x).astype(f32)
-    qc, kc, vc, bc, G = f(q), f(k), f(v), f(beta), to_c(_chunk_cumsum(g, chunk))  # [B, N, C, H, *]
-    reads, writes, keep = (x.reshape(b, n, chunk)[..., None] for x in (lay.reads, lay.writes, lay.keep))
+def _per_chunk(x, chunk):
+    """[B, Tp, H, *] -> [B, N, C, H, *]."""
+    return x.reshape(x.shape[0], -1, chunk, *x.shape[2:])
+
+
+def _pair_decays(G, lay, chunk):
+    """(causal [B, N, C, C, 1]: j <= i in one document, exp(G_i - G_j) there [B, N, C, C, H]); G in chunks."""
     causal = _same_doc_causal(lay.dd, chunk)[..., None]
-    decay_ij = _masked_exp(G[:, :, :, None] - G[:, :, None, :], causal)  # [B, N, C, C, H]
-    # products of the inputs' own values: operands in their dtype, exact products, fp32 sums
-    qk = lambda a, c: _mm("bnihk,bnjhk->bnijh", to_c(a), to_c(c), a.dtype)
-    scores = qk(q, k) * decay_ij
+    return causal, _masked_exp(G[:, :, :, None] - G[:, :, None, :], causal)
+
+
+def _qk(a, c, chunk):
+    """(a_i . c_j) inside each chunk [B, N, C, C, H]: operands in their dtype, exact products, fp32 sums."""
+    return _mm("bnihk,bnjhk->bnijh", _per_chunk(a, chunk), _per_chunk(c, chunk), a.dtype)
+
+
+def _delta_wy(k, v, G, beta, lay, chunk):
+    """w = T (beta exp(G) reads k), u = T (beta v) with T = (I + A)^-1 (docs/design.md, "Gated delta rule"),
+    fp32, in XLA: the reference twin of `delta_wy` (G: the in-chunk cumsum of the log gates)."""
+    b, tp, h = G.shape
+    f = lambda x: _per_chunk(x, chunk).astype(f32)
+    kc, vc, bc, Gc = f(k), f(v), f(beta), _per_chunk(G, chunk)  # [B, N, C, H, *]
+    reads = _per_chunk(lay.reads, chunk)[..., None]
+    causal, decay_ij = _pair_decays(Gc, lay, chunk)
     strict = causal & ~jnp.eye(chunk, dtype=bool)[:, :, None]
-    kk = jnp.where(strict, bc[:, :, :, None] * qk(k, k) * decay_ij, 0)
+    kk = jnp.where(strict, bc[:, :, :, None] * _qk(k, k, chunk) * decay_ij, 0)
     eye = jnp.eye(chunk, dtype=f32)
-    # T = (I + A)^-1 once per chunk (a C x C right-hand side), then plain batched matmuls. A blocked
-    # forward-substitution Pallas kernel with a matmul VJP measured the same on the H200 (5.35 ms GDN fwd+bwd).
     inverse = jax.lax.linalg.triangular_solve(jnp.moveaxis(kk, 4, 2) + eye, jnp.broadcast_to(eye, kk.shape[:2] + (
         h, chunk, chunk)), left_side=True, lower=True, unit_diagonal=True)  # [B, N, H, C, C]
-    apply = lambda rhs: jnp.einsum("bnhij,bnjhd->bnihd", inverse, rhs, precision=HIGHEST)
-    u = apply(bc[..., None] * vc)
-    w = apply(kc * (bc * jnp.exp(G) * reads)[..., None])
-    G_last = G[:, :, -1:]
+    apply = lambda rhs: jnp.einsum("bnhij,bnjhd->bnihd", inverse, rhs, precision=HIGHEST).reshape(
+        b, tp, h, rhs.shape[-1])
+    return apply(kc * (bc * jnp.exp(Gc) * reads)[..., None]), apply(bc[..., None] * vc)
+
+
+def _delta_rest(q, k, G, lay, chunk):
+    """The rest of the per-chunk algebra in XLA (docs/design.md, "Gated delta rule"); the backward takes its
+    gradient by autodiff."""
+    b, tp, h = G.shape
+    f = lambda x: _per_chunk(x, chunk).astype(f32)
+    qc, kc, Gc = f(q), f(k), _per_chunk(G, chunk)
+    reads, writes, keep = (_per_chunk(x, chunk)[..., None] for x in (lay.reads, lay.writes, lay.keep))
+    _, decay_ij = _pair_decays(Gc, lay, chunk)
+    scores = _qk(q, k, chunk) * decay_ij
+    G_last = Gc[:, :, -1:]
     flat = lambda x: x.reshape(b, tp, h, x.shape[-1])
-    return _DeltaLocal(
-        q_read=flat(qc * (jnp.exp(G) * reads)[..., None]),
+    return _DeltaRest(
+        q_read=flat(qc * (jnp.exp(Gc) * reads)[..., None]),
         scores=jnp.moveaxis(scores, 4, 1).reshape(b, h, tp, chunk),
-        w=flat(w), u=flat(u),
-        k_end=flat(kc * (jnp.exp(G_last - G) * writes)[..., None]),
+        k_end=flat(kc * (jnp.exp(G_last - Gc) * writes)[..., None]),
         decay=(jnp.exp(G_last) * keep[:, :, :1])[:, :, 0],
     )
 
@@ -280,11 +297,11 @@ def _dr_bwd(scale, chunk, res, cts):
     do, dfinal = cts
     do = do.astype(q.dtype)
     interpret = _interpret()
-    # the gradient of the per-chunk algebra by autodiff of its XLA form, whose w and u the states are rebuilt from
-    local, local_vjp = jax.vjp(lambda *x: _delta_local(*x, lay, chunk), q, k, v, g, beta)
-    G, w = _chunk_cumsum(g, chunk), local.w.astype(k.dtype)
-    states, v_new, _ = _delta_pass(k, G, w, local.u, h0, lay, chunk)
-    dv_local = la.chunk_out(k, None, None, None, local.scores, do, chunk=chunk, gate=None, side="write",
+    G, cumsum_vjp = jax.vjp(lambda g: _chunk_cumsum(g, chunk), g)
+    rest, rest_vjp = jax.vjp(lambda q, k, G: _delta_rest(q, k, G, lay, chunk), q, k, G)
+    w, u = delta_wy.wy_representation(k, v, G, beta, lay.reads, lay.dd, chunk=chunk, interpret=interpret)
+    states, v_new, _ = _delta_pass(k, G, w, u, h0, lay, chunk)
+    dv_local = la.chunk_out(k, None, None, None, rest.scores, do, chunk=chunk, gate=None, side="write",
                             transpose_scores=True, s_inter=0.0, s_intra=scale, out_dtype=f32, interpret=interpret)
     dstates, dv_new, dh0 = delta_rule.delta_dstates(q, k, w, do, dv_local, G, lay.reads, lay.writes, lay.keep,
                                                     dfinal, chunk=chunk, scale=scale, store=q.dtype,
@@ -295,23 +312,25 @@ def _dr_bwd(scale, chunk, res, cts):
     # matmul operands in the inputs' dtype, fp32 accumulation (fp32 inputs: HIGHEST), as in the kernels
     per_chunk = lambda x: x.reshape(b, n, chunk, h, x.shape[-1])
     with_states = lambda x, s: _mm("bnchv,bnhkv->bnchk", per_chunk(x), s, q.dtype).reshape(b, tp, h, -1)
-    cotangent = _DeltaLocal(
+    dq, dk, dG = rest_vjp(_DeltaRest(
         q_read=scale * with_states(do, states),
         scores=dscores,
-        w=-with_states(dv_new, states),
-        u=dv_new.astype(f32),
         k_end=with_states(v_new, dstates),
         decay=jnp.sum(states.astype(f32) * dstates.astype(f32), axis=(-2, -1)),
-    )
-    dq, dk, dv, dg, dbeta = local_vjp(cotangent)
-    return (dq.astype(q.dtype), dk.astype(k.dtype), dv.astype(v.dtype), dg.astype(g.dtype), dbeta.astype(beta.dtype),
-            dh0, None)
+    ))
+    # w and u's share in one Pallas kernel, which recomputes the chunks' WY/UT form
+    dk_wy, dv, dbeta, dG_wy = delta_wy.wy_gradient(k, v, G, beta, lay.reads, lay.dd,
+                                                   (-with_states(dv_new, states)).astype(k.dtype),
+                                                   dv_new.astype(k.dtype), chunk=chunk, interpret=interpret)
+    (dg,) = cumsum_vjp(dG + dG_wy)
+    return (dq.astype(q.dtype), (dk + dk_wy).astype(k.dtype), dv.astype(v.dtype), dg.astype(g.dtype),
+            dbeta.astype(beta.dtype), dh0, None)
 
 
 _delta_rule.defvjp(_dr_fwd, _dr_bwd)
 
 
 def gated_delta_rule(q, k, v, g, beta, *, scale, initial_state, docs, chunk_size=64):
-    """Chunked gated delta rule in Pallas (+ XLA for the per-chunk WY algebra); see `ccq_jax.ops.gated_delta_rule`."""
+    """Chunked gated delta rule in Pallas (+ XLA for part of the per-chunk algebra); see `ops.gated_delta_rule`."""
     chunk, tp, _, qkv, h0, undo = _backbone_inputs(q, k, v, initial_state, chunk_size)
     return undo(*_delta_rule(*qkv, _pad(g, tp), _pad(beta, tp), h0, _layout(docs, chunk), scale, chunk))

@@ -1,36 +1,58 @@
-"""The fused WY/UT kernel (`pallas_kernels.delta_wy`) against the XLA per-chunk algebra it replaces in the forward.
+"""The fused WY/UT kernels (`pallas_kernels.delta_wy`) against the XLA per-chunk algebra they replace
+(`_delta_wy`): the forward's (w, u), and the backward's gradient against `jax.vjp` of the XLA form.
 
 Interpret mode on the CPU, packed documents (a document starts inside a chunk), strong decay,
 chunks of 2 and 4 secondary 16-blocks (so the block recursion below the diagonal runs).
 """
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from ccq_jax.ops import pallas as backend
-from pallas_kernels.delta_wy import wy_representation
+from pallas_kernels.delta_wy import wy_gradient, wy_representation
 from tests.ops.conftest import rel_rms
+
+
+def _inputs(chunk, dtype, dk=32, dv=64):
+    """k (unit rows), v in `dtype`; G (the in-chunk cumsum of log decays, some strong) and beta fp32; layout."""
+    rng = np.random.default_rng(chunk)
+    b, t, h = 2, 2 * chunk, 2
+    k = rng.standard_normal((b, t, h, dk))
+    k /= np.linalg.norm(k, axis=-1, keepdims=True)
+    v = rng.standard_normal((b, t, h, dv))
+    g = jnp.asarray(-np.exp(rng.standard_normal((b, t, h)) - 1.0), jnp.float32)
+    beta = jnp.asarray(rng.uniform(0, 1, (b, t, h)), jnp.float32)
+    docs = np.repeat(np.array([[0, 1, 2], [4, 4, 5]]), [chunk // 2 + 3, chunk, chunk // 2 - 3], axis=1)
+    lay = backend._layout(jnp.asarray(docs, jnp.int32), chunk)
+    return jnp.asarray(k, dtype), jnp.asarray(v, dtype), backend._chunk_cumsum(g, chunk), beta, lay, rng
 
 
 @pytest.mark.parametrize("chunk,dtype,tol", [(32, jnp.float32, 1e-5), (64, jnp.float32, 1e-5),
                                              (64, jnp.bfloat16, 0.005)])
 def test_matches_the_xla_form(chunk, dtype, tol):
-    rng = np.random.default_rng(chunk)
-    b, t, h, dk, dv = 2, 2 * chunk, 2, 32, 64
-    k = rng.standard_normal((b, t, h, dk))
-    k /= np.linalg.norm(k, axis=-1, keepdims=True)
-    v = rng.standard_normal((b, t, h, dv))
-    g = -np.exp(rng.standard_normal((b, t, h)) - 1.0)  # log decays, some strong
-    beta = rng.uniform(0, 1, (b, t, h))
-    docs = np.repeat(np.array([[0, 1, 2], [4, 4, 5]]), [chunk // 2 + 3, chunk, chunk // 2 - 3], axis=1)
-    k, v = jnp.asarray(k, dtype), jnp.asarray(v, dtype)
-    g, beta = jnp.asarray(g, jnp.float32), jnp.asarray(beta, jnp.float32)
-    lay = backend._layout(jnp.asarray(docs, jnp.int32), chunk)
-    G = backend._chunk_cumsum(g, chunk)
-
+    k, v, G, beta, lay, _ = _inputs(chunk, dtype)
     w, u = wy_representation(k, v, G, beta, lay.reads, lay.dd, chunk=chunk, interpret=True)
-    want = backend._delta_local(k, k, v, g, beta, lay, chunk)
+    want_w, want_u = backend._delta_wy(k, v, G, beta, lay, chunk)
     assert w.dtype == u.dtype == dtype
-    assert rel_rms(w, want.w) < tol
-    assert rel_rms(u, want.u) < tol
+    assert rel_rms(w, want_w) < tol
+    assert rel_rms(u, want_u) < tol
+
+
+@pytest.mark.parametrize("chunk,dtype,tol,gate_tol", [(32, jnp.float32, 1e-5, 1e-5), (64, jnp.float32, 1e-5, 1e-5),
+                                                      (64, jnp.bfloat16, 0.008, 0.02)])
+def test_gradient_matches_the_vjp_of_the_xla_form(chunk, dtype, tol, gate_tol):
+    """bf16: the reference sees the same rounded k, v, dw, du and runs in fp32 (fla's tolerances)."""
+    k, v, G, beta, lay, rng = _inputs(chunk, dtype, dk=256, dv=128)  # K in two 128-wide column tiles
+    dw, du = (jnp.asarray(rng.standard_normal(x.shape), dtype) for x in (k, v))
+    got = wy_gradient(k, v, G, beta, lay.reads, lay.dd, dw, du, chunk=chunk, interpret=True)
+    up = lambda x: x.astype(jnp.float32)
+    _, vjp = jax.vjp(lambda k, v, G, beta: backend._delta_wy(k, v, G, beta, lay, chunk), up(k), up(v), G, beta)
+    want = vjp((up(dw), up(du)))
+    assert got[1].dtype == dtype
+    for name, g, w, t in zip(["dk", "dv", "dbeta", "dG"], got, [want[0], want[1], want[3], want[2]],
+                             [tol, tol, gate_tol, gate_tol]):
+        err = rel_rms(np.asarray(g, np.float32), w)
+        print(f"{name}: relative RMS {err:.2e}")
+        assert err < t, f"{name}: relative RMS {err:.2e} (tolerance {t})"
