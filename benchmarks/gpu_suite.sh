@@ -1,15 +1,16 @@
 #!/bin/bash
 # The GPU measurements of docs/benchmarks.md and docs/parity.md, one stage per call, on a machine with two GPUs
-# (stages fit a 10-minute limit; ours and fla run on separate GPUs at the same time where both are timed).
+# (each stage fits a 10-minute limit; where ours and fla are both timed, they run on one machine in one call).
 #
 #   bash benchmarks/gpu_suite.sh STAGE OUTDIR     (from the repository root; fla's two wheels in .whl/)
 #
 #   check    GPU 0: the full-size Pallas tests; GPU 1: 1.3B parity, fp32 (IEEE) then bf16, gla beside gdn
 #   kernels  GPU 0: benchmarks/kernels.py (ours, then fla) at T = 4096 and 16384; GPU 1 then: fla's kernels one by one
-#   train    GPU 0: our 1.3B presets, one process each, about 2.5 minutes apiece, so two per call (PRESETS,
-#            default "ccq-gla-1.3b gla-1.3b"; then PRESETS="ccq-gdn-1.3b gdn-1.3b"; TRAIN_ARGS, e.g.
-#            "--loss-chunk-len 1024", goes to train_throughput.py); GPU 1: fla's anchor models()
-#            (../shared/anchors/fla_baseline.py, copied to .whl/), each model's result printed as it lands
+#   train    our 1.3B presets, one process each, at the same time, the first on GPU 0 and the second on GPU 1
+#            (PRESETS, default "ccq-gla-1.3b gla-1.3b"; then PRESETS="ccq-gdn-1.3b gdn-1.3b": a GDN preset takes
+#            about 5.5 minutes, mostly compiling; TRAIN_ARGS, e.g. "--loss-chunk-len 1024", goes to
+#            train_throughput.py); then fla's anchor models() (../shared/anchors/fla_baseline.py, copied to .whl/)
+#            on GPU 0, each model's result printed as it lands
 #
 # fla's Triton autotuning results are cached in $TRITON_CACHE_DIR (default /tmp/tcache), seeded from
 # .whl/tcache.tgz when that exists and written to OUTDIR/tcache.tgz: copy it to .whl/ to skip minutes of
@@ -36,8 +37,15 @@ kernels)
   on 0 python3 benchmarks/kernels.py --seqlens 4096 16384 --impls pallas --out "$OUT/kernels.json"
   on 1 python3 benchmarks/fla_kernel_profile.py > "$OUT/fla_profile.md" 2>&1; cat "$OUT/fla_profile.md" ;;
 train)
+  presets=(${PRESETS:-ccq-gla-1.3b gla-1.3b})
+  [ ${#presets[@]} -le 2 ] || { echo "PRESETS: at most two, one per GPU"; exit 2; }
+  for i in "${!presets[@]}"; do
+    on $i python3 benchmarks/train_throughput.py --presets ${presets[$i]} --attn-impl pallas --param-dtype bfloat16 \
+      ${TRAIN_ARGS:-} --out "$OUT/train-${presets[$i]}.jsonl" > "$OUT/train-${presets[$i]}.log" 2>&1 &
+  done
+  wait; for p in "${presets[@]}"; do tail -1 "$OUT/train-$p.log"; done
   # fla's models() fills its dict model by model: print each result as it lands, so a time limit keeps the first
-  ( cd .whl && on 1 python3 -c "
+  ( cd .whl && on 0 python3 -c "
 import json, threading, fla_baseline as f
 r, shown = {}, set()
 t = threading.Thread(target=f.models, args=(4, 4096, r), daemon=True)
@@ -47,12 +55,7 @@ while t.is_alive() or shown != set(r):
     for key in sorted(set(r) - shown):
         shown.add(key)
         print(json.dumps({key: r[key]}), flush=True)
-" > "$OUT/fla_models.log" 2>&1 ) &
-  for preset in ${PRESETS:-ccq-gla-1.3b gla-1.3b}; do
-    on 0 python3 benchmarks/train_throughput.py --presets $preset --attn-impl pallas --param-dtype bfloat16 \
-      ${TRAIN_ARGS:-} --out "$OUT/train.jsonl" 2>&1 | tail -1
-  done
-  wait; cat "$OUT/fla_models.log" ;;
+" 2>&1 | tee "$OUT/fla_models.log" ) ;;
 *) echo "unknown stage $STAGE (check, kernels, train)"; exit 2 ;;
 esac
 (cd "$TRITON_CACHE_DIR" && find . -name "*.autotune.json" -print0 | tar czf "$OUT/tcache.tgz" --null -T -)
