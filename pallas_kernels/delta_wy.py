@@ -123,10 +123,11 @@ def wy_representation(k, v, g, beta, reads, dd, *, chunk, interpret, with_invers
         c = _Chunk(g_ref, beta_ref, r_ref, dd_ref, b, h, n, chunk)
         keys = [k_ref[b, c.rows(i), h, pl.ds(0, dk)] for i in range(c.blocks)]
         T = c.inverse({(i, j): dot(keys[i], keys[j], trans_b=True) for i, j in c.lower()})
-        for (out,) in [t_ref] if with_inverse else []:
+        if with_inverse:  # fp32, before the products below round it
+            (t_out,) = t_ref
             for i in range(c.blocks):
                 for j in range(c.blocks):
-                    out[b, c.rows(i), h, pl.ds(j * SUB, SUB)] = T[i, j] if j <= i else jnp.zeros((SUB, SUB), f32)
+                    t_out[b, c.rows(i), h, pl.ds(j * SUB, SUB)] = T[i, j] if j <= i else jnp.zeros((SUB, SUB), f32)
         T = {ij: t.astype(dtype) for ij, t in T.items()}
 
         def apply(out_ref, src_ref, width, factor):  # out = T (factor * src), a [16, BD] tile at a time
