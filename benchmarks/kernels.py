@@ -210,8 +210,12 @@ def breakdown(B, T, reps, configs, families):
                 beta = jnp.asarray(x["beta"])
                 t["wy_representation"] = run(jit(lambda k, v, G, beta: delta_wy.wy_representation(
                     k, v, G, beta, lay.reads, lay.dd, **kw)), k, v, G, beta)
-                t["wy_gradient"] = run(jit(lambda k, v, G, beta, dw, du: delta_wy.wy_gradient(
-                    k, v, G, beta, lay.reads, lay.dd, dw, du, **kw)), k, v, G, beta, k, do)
+                with_inverse = jit(lambda k, v, G, beta: delta_wy.wy_representation(
+                    k, v, G, beta, lay.reads, lay.dd, with_inverse=True, **kw))
+                t["wy_representation (with T)"] = run(with_inverse, k, v, G, beta)
+                inverse = jnp.zeros((B, T, H, C), jnp.float32)  # T's values do not change the timing
+                t["wy_gradient"] = run(jit(lambda k, v, G, beta, T, dw, du: delta_wy.wy_gradient(
+                    k, v, G, beta, lay.reads, lay.dd, T, dw, du, **kw)), k, v, G, beta, inverse, k, do)
                 xla_wy = lambda k, v, G, beta: backend._delta_wy(k, v, G, beta, lay, C)
                 t["delta_wy (XLA)"] = run(jit(xla_wy), k, v, G, beta)
                 t["delta_wy vjp (XLA)"] = run(jit(lambda k, v, G, beta, dw, du: jax.vjp(xla_wy, k, v, G, beta)[1](

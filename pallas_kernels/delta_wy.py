@@ -4,21 +4,23 @@ and `recompute_w_u` together), and its gradient in another (fla's `prepare_wy_re
     A_ij = beta_i (k_i . k_j) exp(G_i - G_j)   for j < i in one document (0 elsewhere),
     T = (I + A)^-1,   w = T Kb with Kb = beta exp(G) reads k,   u = T Vb with Vb = beta v.
 
-One program per (chunk, batch * head), everything on 16 x 16 blocks held in registers: A's blocks
+Forward: one program per (chunk, batch * head), on 16 x 16 blocks held in registers: A's blocks
 come from [16, K] key tiles, each diagonal block of T by forward substitution (row r of the inverse
 is e_r - sum_{j<r} A_rj (row j)), the blocks below the diagonal block row by block row,
 T_ij = -T_ii sum_{j <= m < i} A_im T_mj (a blocked triangular solve, as stable as one, in fp32),
 then w and u by [16, 16] x [16, BD] products. T enters those products in the inputs' dtype (bf16
 inputs: bf16 operands with fp32 accumulation, as fla's `recompute_w_u`; fp32 inputs: IEEE fp32).
+The backward's call also stores T, fp32, as `[B, Tp, H, C]` (row t of chunk n: row t - nC of its T).
 Layouts as in `linear_attention`; gates per head (`G [B, Tp, H]`, the inclusive in-chunk cumsum).
 
-The gradient recomputes A and T on chip (nothing [C, C] is kept between forward and backward):
+Gradient: one program per (chunk, batch * head) again, reading T from HBM (as fla's reads A) and
+working on whole [C, C] tiles with chunk-sized dots:
 
     dKb = T^T dw,  dVb = T^T du,  dT = dw Kb^T + du Vb^T,  dA = -T^T dT T^T on A's support,
 
-then through A and Kb, Vb into dk, dv, dbeta and dG. Only dT's blocks on and below the diagonal
-enter dA there, so those are the ones formed. K and V are walked in 128-wide column tiles, one
-16-row block loaded at a time; the [C, C] algebra (T, dT, dA) stays fp32.
+then through A and Kb, Vb into dk, dv, dbeta and dG. K and V are walked in column tiles of
+`_GRAD_TILE`; the [C, C] algebra (T, dT, dA, the gram K K^T) stays fp32, its two products of fp32
+tiles (for dA) on the tensor cores as bf16 hi + lo parts when the inputs are half precision.
 """
 
 import jax
@@ -29,6 +31,10 @@ from pallas_kernels._tiles import SUB, dot, iota, launch, masked_exp
 from pallas_kernels.linear_attention import block
 
 f32 = jnp.float32
+
+# The gradient's K / V column tile, next to [C, C] fp32 tiles (T, dT, the gram; then D). Triton 3.6 offline
+# (sm_90a, bf16, K=256, V=512, C=64, 8 warps): 32 wide spills 112 bytes, 64 wide 80, 128 wide 288.
+_GRAD_TILE = 64
 
 
 def _unit_lower_inverse(a):
@@ -64,8 +70,7 @@ class _Chunk:
         self.G = [g_ref[b, self.rows(i), h] for i in ids]
         self.beta = [beta_ref[b, self.rows(i), h].astype(f32) for i in ids]
         self.doc = [dd_ref[b, self.rows(i)] for i in ids]
-        self.read = [r_ref[b, self.rows(i)] for i in ids]
-        self.kfac = [self.beta[i] * jnp.exp(self.G[i]) * self.read[i] for i in ids]
+        self.kfac = [self.beta[i] * jnp.exp(self.G[i]) * r_ref[b, self.rows(i)] for i in ids]
 
     def decay(self, i, j):
         """exp(G_i - G_j) on A's support (block i's rows, block j's columns, j <= i), 0 elsewhere."""
@@ -85,28 +90,48 @@ class _Chunk:
                         self.blocks)
 
 
-def _column_tiles(width):
-    """The 128-wide column slices of a feature axis (width: a power of two >= 16)."""
-    bd = block(width, 128)
+def _fp32_dot(a, b, dtype, **kw):
+    """a b of fp32 [C, C] tiles. fp32 inputs: IEEE. Half-precision inputs: bf16 hi + lo parts on the tensor
+    cores, a_hi b_hi + a_hi b_lo + a_lo b_hi (about 2^-16 relative, far below those inputs' rounding), since
+    Triton runs IEEE fp32 dots on FMAs with whole operand rows in registers (1,892 bytes of spills here)."""
+    if dtype == f32:
+        return dot(a, b, **kw)
+    split = lambda x: (x.astype(jnp.bfloat16), (x - x.astype(jnp.bfloat16).astype(f32)).astype(jnp.bfloat16))
+    (a_hi, a_lo), (b_hi, b_lo) = split(a), split(b)
+    return dot(a_hi, b_hi, **kw) + dot(a_hi, b_lo, **kw) + dot(a_lo, b_hi, **kw)
+
+
+def _column_tiles(width, cap):
+    """The column slices of a feature axis (width: a power of two >= 16), `cap` wide at most."""
+    bd = block(width, cap)
     return [pl.ds(ct * bd, bd) for ct in range(width // bd)]
 
 
-def wy_representation(k, v, g, beta, reads, dd, *, chunk, interpret):
-    """(w [B, Tp, H, K], u [B, Tp, H, V]) in k's dtype; g: the per-head in-chunk cumsum G, fp32; beta [B, Tp, H]."""
+def wy_representation(k, v, g, beta, reads, dd, *, chunk, interpret, with_inverse=False):
+    """(w [B, Tp, H, K], u [B, Tp, H, V]) in k's dtype; g: the per-head in-chunk cumsum G, fp32; beta [B, Tp, H].
+
+    with_inverse: also T = (I + A)^-1, fp32 [B, Tp, H, C] (row t of chunk n holds row t - nC of its T: unit
+    lower triangular, zeros above the diagonal), for `wy_gradient`.
+    """
     b_, tp, heads, dk = k.shape
     dv = v.shape[-1]
     dtype = k.dtype
 
-    def kernel(k_ref, v_ref, g_ref, beta_ref, r_ref, dd_ref, w_ref, u_ref):
+    def kernel(k_ref, v_ref, g_ref, beta_ref, r_ref, dd_ref, w_ref, u_ref, *t_ref):
         n, bh = pl.program_id(0), pl.program_id(1)
         b, h = bh // heads, bh % heads
         c = _Chunk(g_ref, beta_ref, r_ref, dd_ref, b, h, n, chunk)
         keys = [k_ref[b, c.rows(i), h, pl.ds(0, dk)] for i in range(c.blocks)]
         T = c.inverse({(i, j): dot(keys[i], keys[j], trans_b=True) for i, j in c.lower()})
+        if with_inverse:  # fp32, before the products below round it
+            (t_out,) = t_ref
+            for i in range(c.blocks):
+                for j in range(c.blocks):
+                    t_out[b, c.rows(i), h, pl.ds(j * SUB, SUB)] = T[i, j] if j <= i else jnp.zeros((SUB, SUB), f32)
         T = {ij: t.astype(dtype) for ij, t in T.items()}
 
         def apply(out_ref, src_ref, width, factor):  # out = T (factor * src), a [16, BD] tile at a time
-            for cols in _column_tiles(width):
+            for cols in _column_tiles(width, 128):
                 rhs = [(src_ref[b, c.rows(j), h, cols].astype(f32) * factor[j][:, None]).astype(dtype)
                        for j in range(c.blocks)]
                 for i in range(c.blocks):
@@ -117,91 +142,80 @@ def wy_representation(k, v, g, beta, reads, dd, *, chunk, interpret):
         apply(w_ref, k_ref, dk, c.kfac)
 
     outs = (jax.ShapeDtypeStruct(k.shape, dtype), jax.ShapeDtypeStruct(v.shape, dtype))
+    outs += (jax.ShapeDtypeStruct((b_, tp, heads, chunk), f32),) if with_inverse else ()
     return launch(kernel, outs, (tp // chunk, b_ * heads), interpret=interpret, name="wy_representation")(
         k, v, g, beta, reads, dd)
 
 
-def wy_gradient(k, v, g, beta, reads, dd, dw, du, *, chunk, interpret):
-    """The gradient of `wy_representation` given the cotangents dw [B, Tp, H, K] and du [B, Tp, H, V] (in k's
-    dtype): (dk fp32, dv in v's dtype, dbeta [B, Tp, H] fp32, dG [B, Tp, H] fp32, the gradient w.r.t. the
-    in-chunk cumsum G: the caller turns it into one w.r.t. the log gates).
+def wy_gradient(k, v, g, beta, reads, dd, inverse, dw, du, *, chunk, interpret):
+    """The gradient of `wy_representation` given T (`inverse`, from `wy_representation(..., with_inverse=True)`)
+    and the cotangents dw [B, Tp, H, K] and du [B, Tp, H, V] (in k's dtype): (dk fp32, dv in v's dtype,
+    dbeta [B, Tp, H] fp32, dG [B, Tp, H] fp32, the gradient w.r.t. the in-chunk cumsum G: the caller turns it
+    into one w.r.t. the log gates).
 
-    In order, to keep few blocks alive at once: the gram K K^T (a pass over K), T; dT (a pass over K,
-    then one over V that also writes dv = beta T^T du); dA column block by column block, kept as
-    D'_ij = dA_ij exp(G_i - G_j), the gradient of beta_i (k_i . k_j); a last pass over K writes
-    dk = beta own + other with own = exp(G) reads T^T dw + D' K and other = (beta D')^T K (Kb = beta exp(G)
-    reads k), and the row products of those two tiles with K give their shares dbeta += own . k and
-    dG = beta own . k - other . k (sum_j D'_ij (k_i . k_j) = k_i . (D' K)_i, so no gram is kept).
+    Passes over column tiles: V (dT += du Vb^T; dv = beta T^T du and its dbeta share), K (the gram K K^T,
+    dT += dw Kb^T); then on [C, C]: dA, D = dA exp(G_i - G_j) (the gradient of beta_i (k_i . k_j)) and
+    M = D beta gram (= dA A), which give dbeta's share D . gram and dG's rowsum(M) - colsum(M); a last pass
+    over K writes dk = kfac T^T dw + beta (D K) + (beta D)^T K (kfac = beta exp(G) reads) and Kb's shares.
     """
     b_, tp, heads, dk = k.shape
     dv = v.shape[-1]
     dtype = k.dtype
 
-    def kernel(k_ref, v_ref, g_ref, beta_ref, r_ref, dd_ref, dw_ref, du_ref, dk_ref, dv_ref, dbeta_ref, dg_ref):
+    def kernel(k_ref, v_ref, g_ref, beta_ref, r_ref, dd_ref, t_ref, dw_ref, du_ref, dk_ref, dv_ref, dbeta_ref,
+               dg_ref):
         n, bh = pl.program_id(0), pl.program_id(1)
         b, h = bh // heads, bh % heads
-        c = _Chunk(g_ref, beta_ref, r_ref, dd_ref, b, h, n, chunk)
-        ids = range(c.blocks)
-        load = lambda ref, i, cols: ref[b, c.rows(i), h, cols]
-        cast = lambda x: x.astype(dtype)  # operands of the [16, 16] x [16, BD] products
-        below = lambda j: range(j, c.blocks)  # the block rows i >= j
-        zero = jnp.zeros((SUB, SUB), f32)
+        rows = pl.ds(n * chunk, chunk)
+        load = lambda ref, cols: ref[b, rows, h, cols]
+        cast = lambda x: x.astype(dtype)  # fp32 [C, C] operands of the products with loaded tiles
+        tiles = lambda width: _column_tiles(width, _GRAD_TILE)
+        G, doc = g_ref[b, rows, h], dd_ref[b, rows]
+        beta_ = beta_ref[b, rows, h].astype(f32)
+        s = jnp.exp(G) * r_ref[b, rows]  # Kb's row factor over beta
+        kfac = beta_ * s
+        T = t_ref[b, rows, h, pl.ds(0, chunk)]
 
-        gram = dict.fromkeys(c.lower(), zero)
-        for cols in _column_tiles(dk):
-            for j in ids:
-                k_j = load(k_ref, j, cols)
-                for i in below(j):
-                    gram[i, j] += dot(load(k_ref, i, cols), k_j, trans_b=True)
-        T = c.inverse(gram)
+        dT = jnp.zeros((chunk, chunk), f32)
+        dbeta = jnp.zeros((chunk,), f32)
+        for cols in tiles(dv):
+            du_t, v_t = load(du_ref, cols), load(v_ref, cols).astype(f32)
+            dT += dot(du_t, cast(v_t * beta_[:, None]), trans_b=True)
+            dvb = dot(cast(T), du_t, trans_a=True)
+            dv_ref[b, rows, h, cols] = (dvb * beta_[:, None]).astype(dv_ref.dtype)
+            dbeta += jnp.sum(dvb * v_t, axis=1)
+        gram = jnp.zeros((chunk, chunk), f32)
+        for cols in tiles(dk):
+            k_t = load(k_ref, cols)
+            gram += dot(k_t, k_t, trans_b=True)
+            dT += dot(load(dw_ref, cols), cast(k_t.astype(f32) * kfac[:, None]), trans_b=True)
 
-        dT = dict.fromkeys(c.lower(), zero)
+        i = iota(chunk)
+        support = (i[:, None] > i[None, :]) & (doc[:, None] == doc[None, :])
+        # D = dA exp(G_i - G_j) with dA = -T^T dT T^T; the decay vanishes off A's support, which masks dA
+        dA = -_fp32_dot(T, _fp32_dot(dT, T, dtype, trans_b=True), dtype, trans_a=True)
+        D = dA * masked_exp(G[:, None] - G[None, :], support)
+        M = D * beta_[:, None] * gram
+        dbeta += jnp.sum(D * gram, axis=1)
+        dG = jnp.sum(M, axis=1) - jnp.sum(M, axis=0)
+        Tc, Dc, bDc = cast(T), cast(D), cast(beta_[:, None] * D)
+        for cols in tiles(dk):
+            k_t = load(k_ref, cols)
+            dkb = dot(Tc, load(dw_ref, cols), trans_a=True)
+            dk_ref[b, rows, h, cols] = kfac[:, None] * dkb + beta_[:, None] * dot(Dc, k_t) + dot(bDc, k_t,
+                                                                                                 trans_a=True)
+            dkb_k = jnp.sum(dkb * k_t.astype(f32), axis=1)
+            dbeta += s * dkb_k
+            dG += kfac * dkb_k
 
-        def add_dT(d_ref, src_ref, factor, cols):  # dT += d (factor src)^T, on and below the diagonal
-            for j in ids:
-                scaled = cast(load(src_ref, j, cols).astype(f32) * factor[j][:, None])
-                for i in below(j):
-                    dT[i, j] += dot(load(d_ref, i, cols), scaled, trans_b=True)
-
-        for cols in _column_tiles(dk):
-            add_dT(dw_ref, k_ref, c.kfac, cols)
-        dbeta = [jnp.zeros((SUB,), f32) for _ in ids]
-        dG = [jnp.zeros((SUB,), f32) for _ in ids]
-        for cols in _column_tiles(dv):  # dVb = T^T du; dv = beta dVb; dbeta += the rows of dVb . v
-            add_dT(du_ref, v_ref, c.beta, cols)
-            for j in ids:
-                dvb = sum(dot(cast(T[i, j]), load(du_ref, i, cols), trans_a=True) for i in below(j))
-                dv_ref[b, c.rows(j), h, cols] = (dvb * c.beta[j][:, None]).astype(dv_ref.dtype)
-                dbeta[j] += jnp.sum(dvb * load(v_ref, j, cols).astype(f32), axis=1)
-
-        # dA = -T^T dT T^T on A's support, one column block j at a time: Y = (dT T^T)[:, j], then -(T^T Y)
-        Dp = {}
-        for j in ids:
-            Y = {m: sum(dot(dT[m, p], T[j, p], trans_b=True) for p in range(j + 1)) for m in below(j)}
-            for i in below(j):
-                Dp[i, j] = -sum(dot(T[m, i], Y[m], trans_a=True) for m in below(i)) * c.decay(i, j)
-
-        for cols in _column_tiles(dk):  # dk_j = beta_j own_j + other_j; dbeta, dG from their rows' products with k_j
-            for j in ids:
-                s_j = jnp.exp(c.G[j]) * c.read[j]  # Kb's row factor over beta
-                own = (sum(dot(cast(T[i, j] * s_j[None, :]), load(dw_ref, i, cols), trans_a=True) for i in below(j))
-                       + sum(dot(cast(Dp[j, i]), load(k_ref, i, cols)) for i in range(j + 1)))  # s T^T dw + D' K
-                other = sum(dot(cast(c.beta[i][:, None] * Dp[i, j]), load(k_ref, i, cols), trans_a=True)
-                            for i in below(j))  # (beta D')^T K
-                dk_ref[b, c.rows(j), h, cols] = c.beta[j][:, None] * own + other
-                k_j = load(k_ref, j, cols).astype(f32)
-                own_k, other_k = (jnp.sum(x * k_j, axis=1) for x in (own, other))
-                dbeta[j] += own_k
-                dG[j] += c.beta[j] * own_k - other_k
-
-        for j in ids:
-            dbeta_ref[b, c.rows(j), h] = dbeta[j]
-            dg_ref[b, c.rows(j), h] = dG[j]
+        dbeta_ref[b, rows, h] = dbeta
+        dg_ref[b, rows, h] = dG
 
     gates = jax.ShapeDtypeStruct(g.shape, f32)
     outs = (jax.ShapeDtypeStruct(k.shape, f32), jax.ShapeDtypeStruct(v.shape, v.dtype), gates, gates)
-    return launch(kernel, outs, (tp // chunk, b_ * heads), interpret=interpret, name="wy_gradient")(
-        k, v, g, beta, reads, dd, dw, du)
+    # 8 warps: Triton 3.6 offline (sm_90a, bf16, K=256, V=512, C=64) spills 80 bytes there, 1,080 at 4 warps
+    return launch(kernel, outs, (tp // chunk, b_ * heads), interpret=interpret, num_warps=8, name="wy_gradient")(
+        k, v, g, beta, reads, dd, inverse, dw, du)
 
 
 __all__ = ["wy_gradient", "wy_representation"]

@@ -299,7 +299,8 @@ def _dr_bwd(scale, chunk, res, cts):
     interpret = _interpret()
     G, cumsum_vjp = jax.vjp(lambda g: _chunk_cumsum(g, chunk), g)
     rest, rest_vjp = jax.vjp(lambda q, k, G: _delta_rest(q, k, G, lay, chunk), q, k, G)
-    w, u = delta_wy.wy_representation(k, v, G, beta, lay.reads, lay.dd, chunk=chunk, interpret=interpret)
+    w, u, inverse = delta_wy.wy_representation(k, v, G, beta, lay.reads, lay.dd, chunk=chunk, interpret=interpret,
+                                               with_inverse=True)
     states, v_new, _ = _delta_pass(k, G, w, u, h0, lay, chunk)
     dv_local = la.chunk_out(k, None, None, None, rest.scores, do, chunk=chunk, gate=None, side="write",
                             transpose_scores=True, s_inter=0.0, s_intra=scale, out_dtype=f32, interpret=interpret)
@@ -318,8 +319,8 @@ def _dr_bwd(scale, chunk, res, cts):
         k_end=with_states(v_new, dstates),
         decay=jnp.sum(states.astype(f32) * dstates.astype(f32), axis=(-2, -1)),
     ))
-    # w and u's share in one Pallas kernel, which recomputes the chunks' WY/UT form
-    dk_wy, dv, dbeta, dG_wy = delta_wy.wy_gradient(k, v, G, beta, lay.reads, lay.dd,
+    # w and u's share in one Pallas kernel, given the chunks' T from the WY/UT form above
+    dk_wy, dv, dbeta, dG_wy = delta_wy.wy_gradient(k, v, G, beta, lay.reads, lay.dd, inverse,
                                                    (-with_states(dv_new, states)).astype(k.dtype),
                                                    dv_new.astype(k.dtype), chunk=chunk, interpret=interpret)
     (dg,) = cumsum_vjp(dG + dG_wy)

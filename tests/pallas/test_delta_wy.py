@@ -1,5 +1,6 @@
 """The fused WY/UT kernels (`pallas_kernels.delta_wy`) against the XLA per-chunk algebra they replace
-(`_delta_wy`): the forward's (w, u), and the backward's gradient against `jax.vjp` of the XLA form.
+(`_delta_wy`): the forward's (w, u), the inverse T it stores for the backward against float64 numpy,
+and the backward's gradient against `jax.vjp` of the XLA form.
 
 Interpret mode on the CPU, packed documents (a document starts inside a chunk), strong decay,
 chunks of 2 and 4 secondary 16-blocks (so the block recursion below the diagonal runs).
@@ -36,8 +37,32 @@ def test_matches_the_xla_form(chunk, dtype, tol):
     w, u = wy_representation(k, v, G, beta, lay.reads, lay.dd, chunk=chunk, interpret=True)
     want_w, want_u = backend._delta_wy(k, v, G, beta, lay, chunk)
     assert w.dtype == u.dtype == dtype
+    assert all(np.array_equal(a, b) for a, b in zip((w, u), wy_representation(
+        k, v, G, beta, lay.reads, lay.dd, chunk=chunk, interpret=True, with_inverse=True)))
     assert rel_rms(w, want_w) < tol
     assert rel_rms(u, want_u) < tol
+
+
+@pytest.mark.parametrize("chunk", [32, 64])
+def test_inverse_matches_float64(chunk):
+    """T = (I + A)^-1 per chunk from its definition (k, beta, G, documents), by a float64 solve."""
+    k, v, G, beta, lay, _ = _inputs(chunk, jnp.float32)
+    *_, got = wy_representation(k, v, G, beta, lay.reads, lay.dd, chunk=chunk, interpret=True, with_inverse=True)
+    assert got.shape == G.shape + (chunk,) and got.dtype == jnp.float32
+    b, t, h = G.shape
+    heads_first = lambda x: np.moveaxis(np.asarray(x, np.float64).reshape(b, t // chunk, chunk, h, -1), 3, 2)
+    kc, Gc, bc = heads_first(k), heads_first(G)[..., 0], heads_first(beta)[..., 0]  # [B, N, H, C, (K)]
+    doc = np.asarray(lay.dd).reshape(b, -1, 1, chunk)
+    i = np.arange(chunk)
+    support = (i[:, None] > i[None, :]) & (doc[..., :, None] == doc[..., None, :])
+    decay = np.exp(np.where(support, Gc[..., :, None] - Gc[..., None, :], -np.inf))
+    A = bc[..., :, None] * np.einsum("bnhik,bnhjk->bnhij", kc, kc) * decay
+    want = np.moveaxis(np.linalg.inv(np.eye(chunk) + A), 2, 3).reshape(got.shape)  # [B, Tp, H, C]
+    err = rel_rms(got, want)
+    print(f"T: relative RMS {err:.2e}")
+    assert err < 1e-5
+    above = np.tile(i[None, :] > i[:, None], (t // chunk, 1))[None, :, None, :]  # [1, Tp, 1, C]
+    assert np.all(np.where(above, np.asarray(got), 0) == 0)
 
 
 @pytest.mark.parametrize("chunk,dtype,tol,gate_tol", [(32, jnp.float32, 1e-5, 1e-5), (64, jnp.float32, 1e-5, 1e-5),
@@ -46,7 +71,9 @@ def test_gradient_matches_the_vjp_of_the_xla_form(chunk, dtype, tol, gate_tol):
     """bf16: the reference sees the same rounded k, v, dw, du and runs in fp32 (fla's tolerances)."""
     k, v, G, beta, lay, rng = _inputs(chunk, dtype, dk=256, dv=128)  # K in two 128-wide column tiles
     dw, du = (jnp.asarray(rng.standard_normal(x.shape), dtype) for x in (k, v))
-    got = wy_gradient(k, v, G, beta, lay.reads, lay.dd, dw, du, chunk=chunk, interpret=True)
+    *_, inverse = wy_representation(k, v, G, beta, lay.reads, lay.dd, chunk=chunk, interpret=True,
+                                    with_inverse=True)
+    got = wy_gradient(k, v, G, beta, lay.reads, lay.dd, inverse, dw, du, chunk=chunk, interpret=True)
     up = lambda x: x.astype(jnp.float32)
     _, vjp = jax.vjp(lambda k, v, G, beta: backend._delta_wy(k, v, G, beta, lay, chunk), up(k), up(v), G, beta)
     want = vjp((up(dw), up(du)))
