@@ -7,6 +7,8 @@ the last W-1 inputs `[B, W-1, C]`; it belongs to the document at position 0 of t
 exactly like the initial state of the ops, so prefill + decode equal one full pass.
 """
 
+import functools
+
 import jax
 import jax.numpy as jnp
 from flax import nnx
@@ -36,11 +38,20 @@ class ShortConvolution(nnx.Module):
             tail = jnp.zeros((b, width - 1, c), x.dtype)
         ext = jnp.concatenate([tail.astype(x.dtype), x], axis=1)  # [B, W-1+T, C]
         ext_docs = jnp.concatenate([jnp.broadcast_to(docs[:, :1], (b, width - 1)), docs], axis=1)
-        kernel = self.kernel[...].astype(jnp.float32)
-        acc = jnp.zeros((b, t, c), jnp.float32)
-        for i in range(width):
-            same = (ext_docs[:, i:i + t] == docs)[..., None]
-            acc = acc + jnp.where(same, ext[:, i:i + t].astype(jnp.float32), 0.0) * kernel[i]
         in_last = (ext_docs[:, t:] == docs[:, -1:])[..., None]
         new_tail = jnp.where(in_last, ext[:, t:], jnp.zeros((), x.dtype))
-        return jax.nn.silu(acc).astype(dtype), new_tail
+        return causal_conv_silu(ext, ext_docs, docs, self.kernel[...], dtype), new_tail
+
+
+@functools.partial(jax.checkpoint, static_argnums=(4,))
+def causal_conv_silu(ext, ext_docs, docs, kernel, dtype):
+    """silu(sum_i kernel[i] * ext[t + i]) in fp32, returned in `dtype`: ext [B, W-1+T, C] (the tail, then x), taps
+    from another document than `docs` [B, T] counting as zero. Recomputed in the backward pass from ext: autodiff
+    would otherwise keep an fp32 copy of every tap (fla's causal_conv1d keeps the input alone)."""
+    t = docs.shape[1]
+    kernel = kernel.astype(jnp.float32)
+    acc = jnp.zeros((ext.shape[0], t, ext.shape[2]), jnp.float32)
+    for i in range(kernel.shape[0]):
+        same = (ext_docs[:, i:i + t] == docs)[..., None]
+        acc = acc + jnp.where(same, ext[:, i:i + t].astype(jnp.float32), 0.0) * kernel[i]
+    return jax.nn.silu(acc).astype(dtype)

@@ -99,8 +99,8 @@ class GatedDeltaNet(RecurrentMixer):
 
     def _qk_heads(self, x):
         """[B, T, H*K] -> l2-normalised [B, T, HV, K] (each query/key head repeated for its value heads)."""
-        x = l2_normalize(split_heads(x, self.head_dim).astype(jnp.float32)).astype(x.dtype)
-        return jnp.repeat(x, self.dims.num_v_heads // self.num_heads, axis=2)
+        return jnp.repeat(_l2_normalized(split_heads(x, self.head_dim)), self.dims.num_v_heads // self.num_heads,
+                          axis=2)
 
     def __call__(self, x: jax.Array, *, segment_ids: jax.Array | None = None, cache=None):
         """x: [B, T, D] -> (y [B, T, D], updated cache or None when `cache` is None)."""
@@ -113,3 +113,10 @@ class GatedDeltaNet(RecurrentMixer):
             beta = 2.0 * beta
         o, state, stats = self._read("gated_delta_rule", q, k, (v, g, beta), segment_ids=segment_ids, cache=cache)
         return self._output(o, x, self.o_norm, self.use_gate), self._new_cache(cache, state, stats, conv)
+
+
+@jax.checkpoint
+def _l2_normalized(x):
+    """l2_normalize in fp32, returned in x's dtype; recomputed in the backward pass from x (autodiff would keep the
+    fp32 copy)."""
+    return l2_normalize(x.astype(jnp.float32)).astype(x.dtype)

@@ -1,5 +1,7 @@
 """The SwiGLU MLP every model uses (fla's `GatedMLP`): down(silu(gate(x)) * up(x))."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 from flax import nnx
@@ -24,4 +26,14 @@ class GatedMLP(nnx.Module):
         self.down_proj = linear(intermediate_size, hidden_size, ("mlp", "embed"), **kw)
 
     def __call__(self, x: jax.Array) -> jax.Array:
-        return self.down_proj(jax.nn.silu(self.gate_proj(x)) * self.up_proj(x))
+        return swiglu_down(self.gate_proj(x), self.up_proj(x), self.down_proj.kernel[...], self.down_proj.dtype)
+
+
+@functools.partial(jax.checkpoint, static_argnums=(3,))
+def swiglu_down(gate, up, kernel, dtype):
+    """(silu(gate) * up) @ kernel in `dtype` (None: the operands' common type, as `nnx.Linear`), recomputed in the
+    backward pass from gate and up: autodiff would otherwise keep silu's intermediates and the product too
+    (fla's fused SwiGLU keeps gate and up alone)."""
+    h = jax.nn.silu(gate) * up
+    dtype = dtype or jnp.result_type(h, kernel)
+    return jnp.dot(h.astype(dtype), kernel.astype(dtype))

@@ -1,5 +1,7 @@
 """RMSNorm and the gated RMSNorm of fla's output heads (`RMSNorm`, `FusedRMSNormGated` with swish)."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 from flax import nnx
@@ -10,6 +12,20 @@ from ccq_jax.layers.params import param
 def _rms_normalize(x, eps):
     x = x.astype(jnp.float32)
     return x * jax.lax.rsqrt(jnp.mean(x * x, axis=-1, keepdims=True) + eps)
+
+
+# The norms are recomputed in the backward pass from their inputs (jax.checkpoint): autodiff would
+# otherwise keep their fp32 intermediates, several [B, T, D] fp32 tensors per norm (fla's fused norms
+# keep the input and 1/rms likewise).
+@functools.partial(jax.checkpoint, static_argnums=(2, 3))
+def rms_norm(x, weight, eps, dtype):
+    return (_rms_normalize(x, eps) * weight.astype(jnp.float32)).astype(dtype)
+
+
+@functools.partial(jax.checkpoint, static_argnums=(3, 4))
+def gated_rms_norm(x, gate, weight, eps, dtype):
+    y = _rms_normalize(x, eps) * weight.astype(jnp.float32)
+    return (y * jax.nn.silu(gate.astype(jnp.float32))).astype(dtype)
 
 
 class RMSNorm(nnx.Module):
@@ -25,16 +41,12 @@ class RMSNorm(nnx.Module):
         self.dtype = dtype
         self.weight = param(jax.nn.initializers.ones, None, (num_features,), (axis,), param_dtype)
 
-    def _out(self, y, x):
-        return y.astype(self.dtype or x.dtype)
-
     def __call__(self, x: jax.Array) -> jax.Array:
-        return self._out(_rms_normalize(x, self.eps) * self.weight[...].astype(jnp.float32), x)
+        return rms_norm(x, self.weight[...], self.eps, self.dtype or x.dtype)
 
 
 class GatedRMSNorm(RMSNorm):
     """fla's `FusedRMSNormGated` (swish): rmsnorm(x) * weight * silu(gate), in fp32."""
 
     def __call__(self, x: jax.Array, gate: jax.Array) -> jax.Array:
-        y = _rms_normalize(x, self.eps) * self.weight[...].astype(jnp.float32)
-        return self._out(y * jax.nn.silu(gate.astype(jnp.float32)), x)
+        return gated_rms_norm(x, gate, self.weight[...], self.eps, self.dtype or x.dtype)
