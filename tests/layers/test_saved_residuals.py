@@ -74,3 +74,14 @@ def test_recomputation_changes_no_value_or_gradient():
     np.testing.assert_allclose(lean(*args), plain(*args), rtol=1e-6)
     for a, b in zip(jax.grad(lean, argnums=(0, 1, 2, 3))(*args), jax.grad(plain, argnums=(0, 1, 2, 3))(*args)):
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6 * float(jnp.max(jnp.abs(b))))
+
+
+def test_a_gated_deltanet_block_keeps_no_float32_copy_from_those_functions():
+    """benchmarks/saved_residuals.py over a whole block: nothing fp32 is kept from the norms, the convolution, the
+    l2 normalisation or the MLP (the mixer's gates and the ops' fp32 states are kept by design)."""
+    from benchmarks.saved_residuals import block_residuals
+
+    rows = block_residuals("ccq-gdn-tiny", batch=2, seqlen=16, attn_impl="chunk")
+    assert rows and all(size > 0 for size, _, _ in rows)
+    lean = ("norm.py", "conv.py", "mlp.py", "_l2_normalized")
+    assert not [what for _, what, where in rows if what.startswith("float32[") and any(s in where for s in lean)]
