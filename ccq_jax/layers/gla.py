@@ -11,6 +11,7 @@ Parameter paths match fla's state_dict names (`q_proj`, `k_proj`, `v_proj`, `g_p
 `num_kv_heads < num_heads` keys, values and gates are shared by groups of heads (fla's MQA).
 """
 
+import functools
 from typing import NamedTuple
 
 import jax
@@ -94,9 +95,15 @@ class GatedLinearAttention(RecurrentMixer):
         gk = self.gk_proj[1](self.gk_proj[0](x))
         dk, dv = self.dims.head_k_dim, self.dims.head_v_dim
         q, k, v, gk = split_heads(q, dk), self._expand(k, dk), self._expand(v, dv), self._expand(gk, dk)
-        gk = jax.nn.log_sigmoid(gk.astype(jnp.float32)) / self.gate_logit_normalizer
-        if self.clamp_min is not None:
-            gk = jnp.maximum(gk, self.clamp_min)
+        gk = _log_gates(gk, self.gate_logit_normalizer, self.clamp_min)
         o, state, stats = self._read("gla", q, k, (v, gk), segment_ids=segment_ids, cache=cache)
         norm = self.g_norm_swish_gate if self.use_output_gate else self.g_norm
         return self._output(o, x, norm, self.use_output_gate), self._new_cache(cache, state, stats, conv)
+
+
+@functools.partial(jax.checkpoint, static_argnums=(1, 2))
+def _log_gates(gk, normalizer, clamp_min):
+    """log_sigmoid(gk) / normalizer, clamped below at clamp_min (None: not clamped), fp32; recomputed in the
+    backward pass from gk (autodiff would keep fp32 intermediates)."""
+    gk = jax.nn.log_sigmoid(gk.astype(jnp.float32)) / normalizer
+    return gk if clamp_min is None else jnp.maximum(gk, clamp_min)

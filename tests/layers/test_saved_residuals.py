@@ -4,6 +4,7 @@ inputs, in their own dtype, never a float32 copy or an intermediate (the memory 
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from jax._src.ad_checkpoint import saved_residuals
 
 from ccq_jax.layers.conv import causal_conv_silu
@@ -76,12 +77,13 @@ def test_recomputation_changes_no_value_or_gradient():
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6 * float(jnp.max(jnp.abs(b))))
 
 
-def test_a_gated_deltanet_block_keeps_no_float32_copy_from_those_functions():
+@pytest.mark.parametrize("preset", ["ccq-gdn-tiny", "ccq-gla-tiny"])
+def test_a_block_keeps_no_float32_copy_from_those_functions(preset):
     """benchmarks/saved_residuals.py over a whole block: nothing fp32 is kept from the norms, the convolution, the
-    l2 normalisation or the MLP (the mixer's gates and the ops' fp32 states are kept by design)."""
+    l2 normalisation, GLA's log gates or the MLP (the gates the ops take and their fp32 states are kept)."""
     from benchmarks.saved_residuals import block_residuals
 
-    rows = block_residuals("ccq-gdn-tiny", batch=2, seqlen=16, attn_impl="chunk")
+    rows = block_residuals(preset, batch=2, seqlen=16, attn_impl="chunk")
     assert rows and all(size > 0 for size, _, _ in rows)
-    lean = ("norm.py", "conv.py", "mlp.py", "_l2_normalized")
+    lean = ("norm.py", "conv.py", "mlp.py", "_l2_normalized", "log_sigmoid")
     assert not [what for _, what, where in rows if what.startswith("float32[") and any(s in where for s in lean)]
