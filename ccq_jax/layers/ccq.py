@@ -57,5 +57,12 @@ class CCQGate(nnx.Module):
             return jnp.full(q.shape[:3], self.cfg.fixed_lambda, jnp.float32)
         if self.cfg.mode != "learned":
             raise ValueError(f"ccq.mode: the gate is not used in mode {self.cfg.mode!r}")
-        logits = jnp.einsum("bthk,hk->bth", q.astype(jnp.float32), self.weight[...].astype(jnp.float32))
-        return jax.nn.sigmoid(logits + self.bias[...].astype(jnp.float32))
+        return _learned_gate(q, self.weight[...], self.bias[...])
+
+
+@jax.checkpoint
+def _learned_gate(q, weight, bias):
+    """sigmoid(q . weight_h + bias_h) in fp32; recomputed in the backward pass from q (autodiff would keep an fp32
+    copy of q)."""
+    logits = jnp.einsum("bthk,hk->bth", q.astype(jnp.float32), weight.astype(jnp.float32))
+    return jax.nn.sigmoid(logits + bias.astype(jnp.float32))

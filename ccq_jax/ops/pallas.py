@@ -190,7 +190,7 @@ def ccq_query(q, k, lam, *, centered, normalize_keys, initial_stats, docs, chunk
     chunk = _check_chunk(chunk_size)
     tp, kp = t + (-t % chunk), _width(dk)
     dtype = jnp.result_type(q, k)
-    kh = _pad(ccq_keys(k, normalize_keys), tp, kp)
+    kh = _pad(_lean_ccq_keys(k, normalize_keys), tp, kp)
     lay = _layout(docs, chunk)
     # the state is [key, value] = C^T: C q_t = sum_k q_tk S[k, :]
     cov_q, cov_t = _linear_attention(_pad(q.astype(dtype), tp, kp), kh.astype(dtype), kh.astype(dtype), None,
@@ -198,11 +198,21 @@ def ccq_query(q, k, lam, *, centered, normalize_keys, initial_stats, docs, chunk
                                      None, f32)
     key_sum, count, final_sum, final_count = _key_sums(
         kh, lay, jnp.pad(initial_stats.key_sum, [(0, 0), (0, 0), (0, kp - dk)]), initial_stats.count, chunk)
-    qf = q.astype(f32)
-    sigma_q = ccq_correction(cov_q[:, :t, :, :dk], key_sum[:, :t, :, :dk], count[:, :t], qf, centered)
-    q_clean = qf - lam.astype(f32)[..., None] * sigma_q
+    q_clean = _clean_query(cov_q[:, :t, :, :dk], key_sum[:, :t, :, :dk], count[:, :t], q, lam, centered)
     cov = jnp.swapaxes(cov_t, 2, 3)[:, :, :dk, :dk]
-    return q_clean.astype(q.dtype), CCQStats(cov, final_sum[..., :dk], final_count)
+    return q_clean, CCQStats(cov, final_sum[..., :dk], final_count)
+
+
+# The elementwise ends of the CCQ read, recomputed in the backward pass from their inputs: autodiff would keep
+# their fp32 intermediates (the keys in fp32, the query in fp32, Sigma q), several [B, T, H, K] fp32 tensors.
+_lean_ccq_keys = jax.checkpoint(ccq_keys, static_argnums=(1,))
+
+
+@functools.partial(jax.checkpoint, static_argnums=(5,))
+def _clean_query(cov_q, key_sum, count, q, lam, centered):
+    """q - lam Sigma q, fp32, in q's dtype (C q, the key sum and the count from the statistics passes)."""
+    qf = q.astype(f32)
+    return (qf - lam.astype(f32)[..., None] * ccq_correction(cov_q, key_sum, count, qf, centered)).astype(q.dtype)
 
 
 # ---- gated delta rule -------------------------------------------------------------------------------

@@ -80,10 +80,11 @@ def test_recomputation_changes_no_value_or_gradient():
 @pytest.mark.parametrize("preset", ["ccq-gdn-tiny", "ccq-gla-tiny"])
 def test_a_block_keeps_no_float32_copy_from_those_functions(preset):
     """benchmarks/saved_residuals.py over a whole block: nothing fp32 is kept from the norms, the convolution, the
-    l2 normalisation, GLA's log gates or the MLP (the gates the ops take and their fp32 states are kept)."""
+    l2 normalisation, GLA's log gates, the CCQ gate or the MLP (the gates the ops take and their fp32 states are
+    kept)."""
     from benchmarks.saved_residuals import block_residuals
 
     rows = block_residuals(preset, batch=2, seqlen=16, attn_impl="chunk")
     assert rows and all(size > 0 for size, _, _ in rows)
-    lean = ("norm.py", "conv.py", "mlp.py", "_l2_normalized", "log_sigmoid")
+    lean = ("norm.py", "conv.py", "mlp.py", "_l2_normalized", "log_sigmoid", "ccq.py")
     assert not [what for _, what, where in rows if what.startswith("float32[") and any(s in where for s in lean)]
