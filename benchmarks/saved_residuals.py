@@ -10,7 +10,6 @@ may keep less (fusion) but not more, per block and step without `remat`.
 
 import argparse
 
-import jax
 import jax.numpy as jnp
 from flax import nnx
 from jax._src.ad_checkpoint import saved_residuals
