@@ -9,9 +9,10 @@ from flax import nnx
 from ccq_jax.layers.params import param
 
 
-def _rms_normalize(x, eps):
+def _rms_normalize(x, weight, eps):
+    """x / sqrt(mean(x^2) + eps) * weight over the last axis, fp32."""
     x = x.astype(jnp.float32)
-    return x * jax.lax.rsqrt(jnp.mean(x * x, axis=-1, keepdims=True) + eps)
+    return x * jax.lax.rsqrt(jnp.mean(x * x, axis=-1, keepdims=True) + eps) * weight.astype(jnp.float32)
 
 
 # The norms are recomputed in the backward pass from their inputs (jax.checkpoint): autodiff would
@@ -19,13 +20,12 @@ def _rms_normalize(x, eps):
 # keep the input and 1/rms likewise).
 @functools.partial(jax.checkpoint, static_argnums=(2, 3))
 def rms_norm(x, weight, eps, dtype):
-    return (_rms_normalize(x, eps) * weight.astype(jnp.float32)).astype(dtype)
+    return _rms_normalize(x, weight, eps).astype(dtype)
 
 
 @functools.partial(jax.checkpoint, static_argnums=(3, 4))
 def gated_rms_norm(x, gate, weight, eps, dtype):
-    y = _rms_normalize(x, eps) * weight.astype(jnp.float32)
-    return (y * jax.nn.silu(gate.astype(jnp.float32))).astype(dtype)
+    return (_rms_normalize(x, weight, eps) * jax.nn.silu(gate.astype(jnp.float32))).astype(dtype)
 
 
 class RMSNorm(nnx.Module):
