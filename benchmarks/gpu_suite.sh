@@ -5,7 +5,7 @@
 #   bash benchmarks/gpu_suite.sh STAGE OUTDIR     (from the repository root; fla's two wheels in .whl/)
 #
 #   check    GPU 0: the full-size Pallas tests; GPU 1: 1.3B parity, fp32 (IEEE) then bf16, gla beside gdn
-#   kernels  GPU 0: benchmarks/kernels.py (ours, then fla) at T = 4096 and 16384; GPU 1 then: fla's kernels one by one
+#   kernels  GPU 0: benchmarks/kernels.py (ours, then fla) at T = 4096 and 16384; GPU 1 then: fla's and our kernels one by one
 #   train    our 1.3B presets, one process each, at the same time, the first on GPU 0 and the second on GPU 1
 #            (PRESETS, default "ccq-gla-1.3b gla-1.3b"; then PRESETS="ccq-gdn-1.3b gdn-1.3b": a GDN preset takes
 #            about 5.5 minutes, mostly compiling; TRAIN_ARGS, e.g. "--loss-chunk-len 1024", goes to
@@ -35,7 +35,7 @@ check)
   wait; tail -3 "$OUT/gpu_tests.log"; for f in "$OUT"/parity-*.log; do echo "$f"; tail -7 "$f"; done ;;
 kernels)
   on 0 python3 benchmarks/kernels.py --seqlens 4096 16384 --impls pallas --out "$OUT/kernels.json"
-  on 1 python3 benchmarks/fla_kernel_profile.py > "$OUT/fla_profile.md" 2>&1; cat "$OUT/fla_profile.md" ;;
+  on 1 python3 -m benchmarks.kernel_profile > "$OUT/kernel_profile.md" 2>&1; cat "$OUT/kernel_profile.md" ;;
 train)
   presets=(${PRESETS:-ccq-gla-1.3b gla-1.3b})
   [ ${#presets[@]} -le 2 ] || { echo "PRESETS: at most two, one per GPU"; exit 2; }

@@ -143,8 +143,8 @@ def _time_queued(fn, args, reps, rounds=5):
 
 
 def breakdown(B, T, reps, configs, families):
-    """Times each kernel of the GLA and gated-delta-rule passes alone, for several (tile width, warps) settings;
-    ("default", "default") keeps each kernel's own choice."""
+    """Times each kernel of the GLA and gated-delta-rule passes alone, for several (tile width, warps, stages)
+    settings; "default" in a place keeps each kernel's own choice there."""
     import jax
     import jax.numpy as jnp
 
@@ -160,18 +160,19 @@ def breakdown(B, T, reps, configs, families):
             return float("nan")
         return _time_queued(fn, args, reps)
 
-    def launch_with(warps):  # overrides the kernels' own num_warps too, so the column says what ran
-        return lambda *args, **kw: _tiles.launch(*args, **{**kw, "num_warps": warps})
+    def launch_with(warps, stages):  # overrides the kernels' own settings too, so the column says what ran
+        chosen = {key: n for key, n in (("num_warps", warps), ("num_stages", stages)) if n != "default"}
+        return lambda *args, **kw: own_launch(*args, **{**kw, **chosen})
 
     C = 64
     bf = lambda a: jnp.asarray(a, jnp.bfloat16)
     jit = jax.jit
     rows = []
     own_block, own_launch = la.block, _tiles.launch
-    for width, warps in configs:
+    for width, warps, stages in configs:
         for mod in (la, delta_rule, delta_wy):
             mod.block = own_block if width == "default" else lambda d, cap=None, w=width: min(d, w)
-            mod.launch = own_launch if warps == "default" else launch_with(warps)
+            mod.launch = launch_with(warps, stages)
         for family in families:
             x = _inputs(family, B, T)
             q, k, v, do = bf(x["q"]), bf(x["k"]), bf(x["v"]), bf(x["do"])
@@ -221,11 +222,11 @@ def breakdown(B, T, reps, configs, families):
                 t["delta_wy vjp (XLA)"] = run(jit(lambda k, v, G, beta, dw, du: jax.vjp(xla_wy, k, v, G, beta)[1](
                     (dw.astype(jnp.float32), du.astype(jnp.float32)))), k, v, G, beta, k, do)
             for name, ms in t.items():
-                rows.append(dict(family=family, kernel=name, width=width, warps=warps, ms=ms))
+                rows.append(dict(family=family, kernel=name, width=width, warps=warps, stages=stages, ms=ms))
                 print(rows[-1], flush=True)
-    print("\n| family | kernel | tile | warps | ms |\n|---|---|---|---|---|")
+    print("\n| family | kernel | tile | warps | stages | ms |\n|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['family']} | {r['kernel']} | {r['width']} | {r['warps']} | {r['ms']:.3f} |")
+        print(f"| {r['family']} | {r['kernel']} | {r['width']} | {r['warps']} | {r['stages']} | {r['ms']:.3f} |")
     return rows
 
 
@@ -241,10 +242,11 @@ def main():
     ap.add_argument("--out", default="bench_kernels.json")
     ap.add_argument("--breakdown", action="store_true", help="time each Pallas kernel alone (first seqlen)")
     ap.add_argument("--tilings", nargs="+", default=["default", "64/4", "32/4", "64/8", "128/8"],
-                    help="breakdown columns: 'default' (each kernel's own) or WIDTH/WARPS")
+                    help="breakdown columns: 'default' (each kernel's own) or WIDTH/WARPS[/STAGES]")
     a = ap.parse_args()
     if a.breakdown:
-        configs = [("default", "default") if c == "default" else tuple(map(int, c.split("/"))) for c in a.tilings]
+        configs = [(["default"] * 3 if c == "default" else c.split("/") + ["default"])[:3] for c in a.tilings]
+        configs = [tuple(int(x) if x != "default" else x for x in c) for c in configs]
         rows = breakdown(a.batch, a.seqlens[0], a.reps, configs, a.families)
         json.dump(rows, open(a.out, "w"), indent=1)
         return
