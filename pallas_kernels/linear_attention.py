@@ -58,19 +58,20 @@ def intra_scores(q, k, g, dd, *, chunk, gate, interpret):
         t0 = n * chunk
         rows = pl.ds(t0, chunk)
         i = iota(chunk)
-        acc = jnp.zeros((chunk, chunk), f32)
-        for kt in range(dk // bk):
+        def k_step(kt, acc):
             ks = pl.ds(kt * bk, bk)
             qt, kt_ = q_ref[b, rows, h, ks], k_ref[b, rows, h, ks]
             if gate != "channel":
-                acc += dot(qt, kt_, trans_b=True)
-                continue
+                return acc + dot(qt, kt_, trans_b=True)
             qf, kf, G = qt.astype(f32), kt_.astype(f32), g_ref[b, rows, h, ks]
             for a in range(1, subs):  # query sub-block a against all earlier keys, through G just before a
                 rho = g_ref[b, t0 + a * SUB - 1, h, ks][None, :]
                 qa = qf * masked_exp(G - rho, (i // SUB == a)[:, None])
                 ka = kf * masked_exp(rho - G, (i < a * SUB)[:, None])
                 acc += dot(qa.astype(qt.dtype), ka.astype(qt.dtype), trans_b=True)
+            return acc
+
+        acc = jax.lax.fori_loop(0, dk // bk, k_step, jnp.zeros((chunk, chunk), f32))
         causal = same_doc_causal(dd_ref, b, rows, chunk)
         if gate == "head":
             G = g_ref[b, rows, h]
@@ -211,13 +212,14 @@ def chunk_out(x, g, mask, states, scores, y, *, chunk, gate, side, transpose_sco
                     return to_end(G, gate_row(g_ref, gate, b, t0 + chunk - 1, h, ks), m)
                 return from_start(G, m)
 
-            acc = jnp.zeros((chunk, bv), f32)
-            for kt in range(dk // bk):
+            def k_step(kt, acc):  # a loop, not unrolled: Triton pipelines its loads (num_stages)
                 ks = pl.ds(kt * bk, bk)
                 xt = x_ref[b, rows, h, ks]
                 if gate == "channel":
                     xt = (xt.astype(f32) * factor(ks)).astype(x_ref.dtype)
-                acc += dot(xt, hs_ref[b, n, h, ks, vs].astype(x_ref.dtype))
+                return acc + dot(xt, hs_ref[b, n, h, ks, vs].astype(x_ref.dtype))
+
+            acc = jax.lax.fori_loop(0, dk // bk, k_step, jnp.zeros((chunk, bv), f32))
             if gate != "channel":  # a per-token factor scales the rows of the whole product, once
                 acc = acc * factor(pl.ds(0, bk))
             out = out + s_inter * acc
@@ -237,10 +239,11 @@ def chunk_dscores(do, y, dd, *, chunk, scale, interpret):
         n = pl.program_id(0)
         b, h = _bh(1, heads)
         rows = pl.ds(n * chunk, chunk)
-        acc = jnp.zeros((chunk, chunk), f32)
-        for vt in range(dv // bv):
+        def v_step(vt, acc):
             vs = pl.ds(vt * bv, bv)
-            acc += dot(do_ref[b, rows, h, vs], y_ref[b, rows, h, vs], trans_b=True)
+            return acc + dot(do_ref[b, rows, h, vs], y_ref[b, rows, h, vs], trans_b=True)
+
+        acc = jax.lax.fori_loop(0, dv // bv, v_step, jnp.zeros((chunk, chunk), f32))
         da_ref[b, h, rows, :] = jnp.where(same_doc_causal(dd_ref, b, rows, chunk), scale * acc, 0.0)
 
     out = jax.ShapeDtypeStruct((b_, heads, tp, chunk), f32)
@@ -271,16 +274,18 @@ def chunk_dqk(q, k, v, do, g, reads, writes, keep, states, dstates, dscores, dia
         b, h = _bh(2, heads)
         t0 = n * chunk
         rows, ks = pl.ds(t0, chunk), pl.ds(kt * bk, bk)
-        dq = jnp.zeros((chunk, bk), f32)
-        dk_ = jnp.zeros((chunk, bk), f32)
-        dgl = jnp.zeros((bk,), f32)
-        for vt in range(dv // bv):
+        def v_step(vt, carry):
+            dq, dk_, dgl = carry
             vs = pl.ds(vt * bv, bv)
             S, dS = hs_ref[b, n, h, ks, vs], dh_ref[b, n, h, ks, vs]
             dq += dot(do_ref[b, rows, h, vs], S.astype(dtype), trans_b=True)
             dk_ += dot(v_ref[b, rows, h, vs], dS.astype(dtype), trans_b=True)
             if gate:
-                dgl += jnp.sum(S * dS, axis=1)
+                dgl += jnp.sum(S.astype(f32) * dS.astype(f32), axis=1)
+            return dq, dk_, dgl
+
+        zeros = lambda *shape: jnp.zeros(shape, f32)
+        dq, dk_, dgl = jax.lax.fori_loop(0, dv // bv, v_step, (zeros(chunk, bk), zeros(chunk, bk), zeros(bk)))
         G = gate_tile(g_ref, gate, b, rows, h, ks)
         G_last = gate_row(g_ref, gate, b, t0 + chunk - 1, h, ks)
         dq = dq * (scale * from_start(G, r_ref[b, rows]))
