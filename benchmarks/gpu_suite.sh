@@ -35,7 +35,8 @@ check)
   wait; tail -3 "$OUT/gpu_tests.log"; for f in "$OUT"/parity-*.log; do echo "$f"; tail -7 "$f"; done ;;
 kernels)
   on 0 python3 benchmarks/kernels.py --seqlens 4096 16384 --impls pallas --out "$OUT/kernels.json"
-  on 1 python3 -m benchmarks.kernel_profile > "$OUT/kernel_profile.md" 2>&1; cat "$OUT/kernel_profile.md" ;;
+  for who in fla ours; do on 1 python3 -m benchmarks.kernel_profile --who $who >> "$OUT/kernel_profile.md" 2>&1; done
+  cat "$OUT/kernel_profile.md" ;;
 train)
   presets=(${PRESETS:-ccq-gla-1.3b gla-1.3b})
   [ ${#presets[@]} -le 2 ] || { echo "PRESETS: at most two, one per GPU"; exit 2; }

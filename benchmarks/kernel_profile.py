@@ -1,13 +1,14 @@
 """Per-kernel GPU time of one fwd+bwd call, fla's chunked ops or ours (impl="pallas"), kernel by kernel.
 
 Run on the GPU machine (fla's wheels installed for `--who fla`; docs/benchmarks.md says how):
-    python3 benchmarks/kernel_profile.py                            # fla and ours, GLA and Gated DeltaNet
-    python3 benchmarks/kernel_profile.py --who ours --ops ccq_gla   # one of ours, CCQ included
+    python3 -m benchmarks.kernel_profile --who fla                 # fla's GLA and Gated DeltaNet
+    python3 -m benchmarks.kernel_profile --who ours                # ours, CCQ included (--ops to choose)
 
 Same inputs and shapes as benchmarks/kernels.py (B = 4, T = 4096). fla: `torch.profiler`; ours:
 `jax.profiler.trace` of the compiled fwd+bwd program, the GPU's kernel events read back from the
-trace. Both over `--calls` calls after a warm-up; each kernel's time per call and how often it
-runs per call (XLA's fusions appear under their own names). fla refuses its Gated DeltaNet
+trace (one process each: the two profilers cannot share the GPU's tracing interface). Both over
+`--calls` calls after a warm-up; each kernel's time per call and how often it runs per call
+(XLA's fusions appear under their own names). fla refuses its Gated DeltaNet
 backward on Hopper (fla issue #640); `kernels.fla_call` lifts the guard to time it.
 """
 
@@ -74,14 +75,15 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--seqlen", type=int, default=4096)
-    ap.add_argument("--who", nargs="+", default=["fla", "ours"], choices=["fla", "ours"])
+    ap.add_argument("--who", default="ours", choices=["fla", "ours"])
     ap.add_argument("--ops", nargs="+", default=sorted(FAMILY), choices=sorted(FAMILY),
                     help="ours; fla profiles the plain op of each family named")
     ap.add_argument("--calls", type=int, default=10)
     a = ap.parse_args()
-    runs = [("fla", family, profile_fla) for family in SHAPES if any(FAMILY[op] == family for op in a.ops)
-            if "fla" in a.who]
-    runs += [("ours", op, profile_ours) for op in a.ops if "ours" in a.who]
+    if a.who == "fla":
+        runs = [("fla", family, profile_fla) for family in SHAPES if any(FAMILY[op] == family for op in a.ops)]
+    else:
+        runs = [("ours", op, profile_ours) for op in a.ops]
     for who, what, fn in runs:
         rows = fn(what, a.batch, a.seqlen, a.calls)
         print(f"\n{who} {what} fwd+bwd, B={a.batch} T={a.seqlen}: {sum(r[0] for r in rows):.3f} ms of kernels per call")

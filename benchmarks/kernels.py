@@ -183,7 +183,11 @@ def breakdown(B, T, reps, configs, families):
             h0 = jnp.zeros((B, H, K, V), jnp.float32)
             kw = dict(chunk=C, interpret=backend._interpret())
             scores = jit(lambda q, k, G: la.intra_scores(q, k, G, lay.dd, gate=gate, **kw))
-            A = scores(q, k, G)
+            try:
+                A = scores(q, k, G)
+            except Exception as err:  # the other kernels need the scores: this family's column stays empty
+                print(f"{family} {width}/{warps}/{stages}: intra_scores failed: {str(err)[:200]}", flush=True)
+                continue
             t = {"intra_scores": run(scores, q, k, G)}
             states = jnp.zeros((B, T // C, H, K, V), jnp.float32)  # the kernels' [B, N, H, K, V]
             t["chunk_out"] = run(jit(lambda q, G, S, A, v: la.chunk_out(
