@@ -227,7 +227,9 @@ def chunk_out(x, g, mask, states, scores, y, *, chunk, gate, side, transpose_sco
 
     args = ((x,) + ((g,) if gate else ()) + (mask, states) if inter else ()) + (scores, y)
     out = jax.ShapeDtypeStruct((b_, tp, heads, dv), out_dtype)
-    return launch(kernel, out, (dv // bv, tp // chunk, b_ * heads), interpret=interpret, name="chunk_out")(*args)
+    # 3 stages pipeline the K loop's loads: GLA 0.38 -> 0.34 ms on the H200 (B=4, T=4096, H=4, K=256, V=512)
+    return launch(kernel, out, (dv // bv, tp // chunk, b_ * heads), interpret=interpret, num_stages=3,
+                  name="chunk_out")(*args)
 
 
 def chunk_dscores(do, y, dd, *, chunk, scale, interpret):
