@@ -221,6 +221,9 @@ def breakdown(B, T, reps, configs, families):
                 inverse = jnp.zeros((B, T, H, C), jnp.float32)  # T's values do not change the timing
                 t["wy_gradient"] = run(jit(lambda k, v, G, beta, T, dw, du: delta_wy.wy_gradient(
                     k, v, G, beta, lay.reads, lay.dd, T, dw, du, **kw)), k, v, G, beta, inverse, k, do)
+                t["delta_dqkwg"] = run(jit(lambda q, k, do, G, A, S: delta_rule.delta_dqkwg(
+                    q, k, do, do, do, G, A, lay.reads, lay.writes, lay.keep, S, S, scale=1.0, **kw)),
+                    q, k, do, G, A, states.astype(jnp.bfloat16))
                 xla_wy = lambda k, v, G, beta: backend._delta_wy(k, v, G, beta, lay, C)
                 t["delta_wy (XLA)"] = run(jit(xla_wy), k, v, G, beta)
                 t["delta_wy vjp (XLA)"] = run(jit(lambda k, v, G, beta, dw, du: jax.vjp(xla_wy, k, v, G, beta)[1](

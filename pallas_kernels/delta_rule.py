@@ -17,7 +17,8 @@ import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
-from pallas_kernels._tiles import chunk_decay, dot, from_start, gate_row, gate_tile, launch, tile, to_end
+from pallas_kernels._tiles import (chunk_decay, dot, from_start, gate_row, gate_tile, iota, launch, masked_exp, tile,
+                                   to_end)
 from pallas_kernels.linear_attention import block
 
 f32 = jnp.float32
@@ -110,3 +111,64 @@ def delta_dstates(q, k, w, do, dv_local, g, reads, writes, keep, dfinal, *, chun
             jax.ShapeDtypeStruct((b_, heads, dk, dv), f32))
     return launch(kernel, outs, (dv // bv, b_ * heads), interpret=interpret, name="delta_dstates",
                   **options)(q, k, w, do, dv_local, g, reads, writes, keep, dfinal)
+
+
+def delta_dqkwg(q, k, v_new, do, dv_new, g, dscores, reads, writes, keep, states, dstates, *, chunk, scale,
+                interpret):
+    """The per-chunk gradients of the gated delta rule besides the WY/UT algebra's (fla's `chunk_bwd_dqkwg`).
+
+    Given the states entering each chunk S_n and the gradients of those leaving it dS_n (`[B, N, H, K, V]`),
+    v_new and its gradient dv_new, and dscores (`chunk_dscores` of do and v_new): per chunk
+      dq = scale (do S_n^T) exp(G) reads + D k,   dk = (v_new dS_n^T) exp(G_last - G) writes + D^T q,
+      dw = -(dv_new S_n^T)  (the cotangent of w, for `delta_wy.wy_gradient`),
+    with D = dscores exp(G_i - G_j), and the gradient of the in-chunk cumsum G,
+      dG_t = sum_k (q dq - k dk)_tk, plus at the chunk's last token sum_tk (k dk)'s state part
+             + exp(G_last) keep sum(S_n dS_n).
+    Returns (dq, dk fp32, dw in k's dtype, dG fp32 [B, Tp, H]). Programs split K into tiles; each writes
+    its tile's share of dG, summed here.
+    """
+    b_, tp, heads, dk = q.shape
+    dv = do.shape[-1]
+    bk, bv = block(dk), block(dv)
+    n_k = dk // bk
+    dtype = q.dtype
+
+    def kernel(q_ref, k_ref, vn_ref, do_ref, dvn_ref, g_ref, da_ref, r_ref, w_ref, keep_ref, hs_ref, dh_ref,
+               dq_ref, dk_ref, dw_ref, dg_ref):
+        kt, n = pl.program_id(0), pl.program_id(1)
+        b, h = pl.program_id(2) // heads, pl.program_id(2) % heads
+        t0 = n * chunk
+        rows, ks = pl.ds(t0, chunk), pl.ds(kt * bk, bk)
+
+        def v_step(vt, carry):  # the products with the states, a V slab at a time
+            dq_s, dw_s, dk_s, sds = carry
+            vs = pl.ds(vt * bv, bv)
+            S, dS = hs_ref[b, n, h, ks, vs], dh_ref[b, n, h, ks, vs]
+            return (dq_s + dot(do_ref[b, rows, h, vs], S.astype(dtype), trans_b=True),
+                    dw_s + dot(dvn_ref[b, rows, h, vs], S.astype(dtype), trans_b=True),
+                    dk_s + dot(vn_ref[b, rows, h, vs], dS.astype(dtype), trans_b=True),
+                    sds + jnp.sum(S.astype(f32) * dS.astype(f32), axis=1))
+
+        zeros = lambda *shape: jnp.zeros(shape, f32)
+        dq_s, dw_s, dk_s, sds = jax.lax.fori_loop(0, dv // bv, v_step, (zeros(chunk, bk), zeros(chunk, bk),
+                                                                          zeros(chunk, bk), zeros(bk)))
+        dw_ref[b, rows, h, ks] = (-dw_s).astype(dw_ref.dtype)
+        G, G_last = gate_tile(g_ref, "head", b, rows, h, ks), gate_row(g_ref, "head", b, t0 + chunk - 1, h, ks)
+        dq = dq_s * (scale * from_start(G, r_ref[b, rows]))
+        dk_ = dk_s * to_end(G, G_last, w_ref[b, rows])
+        kf, qf = tile(k_ref, b, rows, h, ks), tile(q_ref, b, rows, h, ks)
+        state_share = jnp.sum(kf * dk_) + jnp.sum(sds) * chunk_decay(G_last, jnp.min(keep_ref[b, rows]))[0]
+        i = iota(chunk)
+        D = (da_ref[b, h, rows, :] * masked_exp(G - G[:, 0][None, :], i[:, None] >= i[None, :])).astype(dtype)
+        dq += dot(D, k_ref[b, rows, h, ks])
+        dk_ += dot(D, q_ref[b, rows, h, ks], trans_a=True)
+        dq_ref[b, rows, h, ks] = dq
+        dk_ref[b, rows, h, ks] = dk_
+        dG = jnp.sum(qf * dq - kf * dk_, axis=1)
+        dg_ref[kt, b, rows, h] = dG + jnp.where(i == chunk - 1, state_share, 0.0)
+
+    grad = jax.ShapeDtypeStruct(q.shape, f32)
+    outs = (grad, grad, jax.ShapeDtypeStruct(k.shape, k.dtype), jax.ShapeDtypeStruct((n_k, b_, tp, heads), f32))
+    dq, dk_, dw, dG = launch(kernel, outs, (n_k, tp // chunk, b_ * heads), interpret=interpret, name="delta_dqkwg")(
+        q, k, v_new, do, dv_new, g, dscores, reads, writes, keep, states, dstates)
+    return dq, dk_, dw, jnp.sum(dG, axis=0)

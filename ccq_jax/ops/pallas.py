@@ -10,10 +10,10 @@ Backward passes recompute the chunk states from the inputs (nothing of size `[B,
 is kept between forward and backward) and then run the state gradient backwards through the
 chunks, as fla does:
   GLA and the CCQ covariance: all in Pallas (`pallas_kernels.linear_attention`).
-  Gated delta rule: the two sequential passes and the output in Pallas
-    (`pallas_kernels.delta_rule`); the per-chunk WY/UT algebra (w, u) in one Pallas kernel
-    each way (`pallas_kernels.delta_wy`, its XLA twin `_delta_wy`); the rest of the per-chunk
-    algebra (`_delta_rest`) in XLA, whose gradient is its autodiff.
+  Gated delta rule: the two sequential passes, the output and the per-chunk gradients of q, k
+    and the gates in Pallas (`pallas_kernels.delta_rule`, the last one's XLA twin `_delta_rest`);
+    the per-chunk WY/UT algebra (w, u) in one Pallas kernel each way (`pallas_kernels.delta_wy`,
+    its XLA twin `_delta_wy`).
   CCQ key sums and counts: XLA (a masked sum inside chunks, an associative scan across them).
 """
 
@@ -262,8 +262,8 @@ def _delta_wy(k, v, G, beta, lay, chunk):
 
 
 def _delta_rest(q, k, G, lay, chunk):
-    """The rest of the per-chunk algebra in XLA (docs/design.md, "Gated delta rule"); the backward takes its
-    gradient by autodiff."""
+    """The rest of the per-chunk algebra in XLA (docs/design.md, "Gated delta rule"): the reference twin whose
+    autodiff `delta_rule.delta_dqkwg` computes."""
     b, tp, h = G.shape
     f = lambda x: _per_chunk(x, chunk).astype(f32)
     qc, kc, Gc = f(q), f(k), _per_chunk(G, chunk)
@@ -308,30 +308,20 @@ def _dr_bwd(scale, chunk, res, cts):
     do = do.astype(q.dtype)
     interpret = _interpret()
     G, cumsum_vjp = jax.vjp(lambda g: _chunk_cumsum(g, chunk), g)
-    rest, rest_vjp = jax.vjp(lambda q, k, G: _delta_rest(q, k, G, lay, chunk), q, k, G)
     w, u, inverse = delta_wy.wy_representation(k, v, G, beta, lay.reads, lay.dd, chunk=chunk, interpret=interpret,
                                                with_inverse=True)
     states, v_new, _ = _delta_pass(k, G, w, u, h0, lay, chunk)
-    dv_local = la.chunk_out(k, None, None, None, rest.scores, do, chunk=chunk, gate=None, side="write",
+    scores = la.intra_scores(q, k, G, lay.dd, chunk=chunk, gate="head", interpret=interpret)
+    dv_local = la.chunk_out(k, None, None, None, scores, do, chunk=chunk, gate=None, side="write",
                             transpose_scores=True, s_inter=0.0, s_intra=scale, out_dtype=f32, interpret=interpret)
     dstates, dv_new, dh0 = delta_rule.delta_dstates(q, k, w, do, dv_local, G, lay.reads, lay.writes, lay.keep,
                                                     dfinal, chunk=chunk, scale=scale, store=q.dtype,
                                                     interpret=interpret)
     dscores = la.chunk_dscores(do, v_new, lay.dd, chunk=chunk, scale=scale, interpret=interpret)
-    b, tp, h = g.shape
-    n = tp // chunk
-    # matmul operands in the inputs' dtype, fp32 accumulation (fp32 inputs: HIGHEST), as in the kernels
-    per_chunk = lambda x: x.reshape(b, n, chunk, h, x.shape[-1])
-    with_states = lambda x, s: _mm("bnchv,bnhkv->bnchk", per_chunk(x), s, q.dtype).reshape(b, tp, h, -1)
-    dq, dk, dG = rest_vjp(_DeltaRest(
-        q_read=scale * with_states(do, states),
-        scores=dscores,
-        k_end=with_states(v_new, dstates),
-        decay=jnp.sum(states.astype(f32) * dstates.astype(f32), axis=(-2, -1)),
-    ))
+    dq, dk, dw, dG = delta_rule.delta_dqkwg(q, k, v_new, do, dv_new, G, dscores, lay.reads, lay.writes, lay.keep,
+                                            states, dstates, chunk=chunk, scale=scale, interpret=interpret)
     # w and u's share in one Pallas kernel, given the chunks' T from the WY/UT form above
-    dk_wy, dv, dbeta, dG_wy = delta_wy.wy_gradient(k, v, G, beta, lay.reads, lay.dd, inverse,
-                                                   (-with_states(dv_new, states)).astype(k.dtype),
+    dk_wy, dv, dbeta, dG_wy = delta_wy.wy_gradient(k, v, G, beta, lay.reads, lay.dd, inverse, dw,
                                                    dv_new.astype(k.dtype), chunk=chunk, interpret=interpret)
     (dg,) = cumsum_vjp(dG + dG_wy)
     return (dq.astype(q.dtype), (dk + dk_wy).astype(k.dtype), dv.astype(v.dtype), dg.astype(g.dtype),
