@@ -7,9 +7,10 @@ Run on the GPU machine, with fla's wheels installed there (docs/benchmarks.md sa
     python3 benchmarks/kernels.py --breakdown                 # each Pallas kernel alone, several tile sizes
 
 Shapes follow fla's 1.3B configs (B = 4, bf16 q/k/v, fp32 gates): GLA H=4, K=256, V=512;
-Gated DeltaNet H=6, K=256, V=512. "fwd+bwd" is the forward pass (its output
-returned) plus the gradients of every input. Times are per call: fla's by `triton.testing.do_bench` (CUDA events), ours by the
-wall clock over `--reps` calls queued back to back (one wait at the end, median of 5 rounds);
+Gated DeltaNet H=6, K=256, V=512. "fwd+bwd" is the forward pass (its output returned) plus
+the gradients of every input. Times are per call: fla's by `triton.testing.do_bench` (CUDA
+events), ours by the wall clock over `--reps` calls queued back to back (one wait at the end,
+median of 5 rounds);
 peak memory is XLA's compiled buffer total (arguments, outputs, temporaries) for JAX and
 `torch.cuda.max_memory_allocated` for fla, inputs included.
 fla refuses its Gated DeltaNet backward on Hopper (wrong gated dq/dk with this Triton,

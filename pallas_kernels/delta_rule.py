@@ -1,4 +1,5 @@
-"""The sequential passes of the chunked gated delta rule (fla's `chunk_gated_delta_rule_fwd_h` / `_bwd_dhu`).
+"""The sequential passes of the chunked gated delta rule (fla's `chunk_gated_delta_rule_fwd_h` / `_bwd_dhu`), and
+the per-chunk gradients of q, k, w and the gates given the states (fla's `chunk_bwd_dqkwg`).
 
 With the WY/UT form done per chunk beforehand (w = T (beta exp(G) k), u = T (beta v),
 T = (I + A)^-1), the state crossing chunk boundaries obeys

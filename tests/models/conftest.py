@@ -1,6 +1,5 @@
 """Shared pieces of the model and inference tests: tiny models with random CCQ gates, token ids, a jitted forward."""
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx

@@ -1,7 +1,6 @@
 """Every impl of every op against the independent float64 NumPy recurrences (fp32 inputs)."""
 
 import jax.numpy as jnp
-import numpy as np
 import pytest
 
 import ccq_jax.ops as ops

@@ -1,12 +1,11 @@
 """Properties of the CCQ read and of state hand-over that hold whatever the implementation."""
 
-import jax.numpy as jnp
 import numpy as np
 import pytest
 
 import ccq_jax.ops as ops
 from tests.ops import numpy_reference as ref
-from tests.ops.conftest import K, make_inputs, rel_rms
+from tests.ops.conftest import make_inputs, rel_rms
 
 
 @pytest.mark.parametrize("centered", [True, False])

@@ -1,7 +1,6 @@
 """Bad input raises ValueError naming the argument and what was expected."""
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 
