@@ -219,6 +219,10 @@ def breakdown(B, T, reps, configs, families):
                 with_inverse = jit(lambda k, v, G, beta: delta_wy.wy_representation(
                     k, v, G, beta, lay.reads, lay.dd, with_inverse=True, **kw))
                 t["wy_representation (with T)"] = run(with_inverse, k, v, G, beta)
+                t["wy_inverse"] = run(jit(lambda k, G, beta: delta_wy.wy_inverse(
+                    k, G, beta, lay.reads, lay.dd, **kw)), k, G, beta)
+                t["wy_apply"] = run(jit(lambda T, k, v, G, beta: delta_wy.wy_apply(
+                    T, k, v, G, beta, lay.reads, **kw)), with_inverse(k, v, G, beta)[2], k, v, G, beta)
                 inverse = jnp.zeros((B, T, H, C), jnp.float32)  # T's values do not change the timing
                 t["wy_gradient"] = run(jit(lambda k, v, G, beta, T, dw, du: delta_wy.wy_gradient(
                     k, v, G, beta, lay.reads, lay.dd, T, dw, du, **kw)), k, v, G, beta, inverse, k, do)

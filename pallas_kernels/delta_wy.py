@@ -147,6 +147,60 @@ def wy_representation(k, v, g, beta, reads, dd, *, chunk, interpret, with_invers
         k, v, g, beta, reads, dd)
 
 
+def wy_inverse(k, g, beta, reads, dd, *, chunk, interpret):
+    """T = (I + A)^-1 of every chunk alone, fp32 [B, Tp, H, C] (as `wy_representation(..., with_inverse=True)`
+    stores it), on the same 16 x 16 register blocks; `wy_apply` then forms w and u from it."""
+    b_, tp, heads, dk = k.shape
+
+    def kernel(k_ref, g_ref, beta_ref, r_ref, dd_ref, t_ref):
+        n, bh = pl.program_id(0), pl.program_id(1)
+        b, h = bh // heads, bh % heads
+        c = _Chunk(g_ref, beta_ref, r_ref, dd_ref, b, h, n, chunk)
+        keys = [k_ref[b, c.rows(i), h, pl.ds(0, dk)] for i in range(c.blocks)]
+        T = c.inverse({(i, j): dot(keys[i], keys[j], trans_b=True) for i, j in c.lower()})
+        for i in range(c.blocks):
+            for j in range(c.blocks):
+                t_ref[b, c.rows(i), h, pl.ds(j * SUB, SUB)] = T[i, j] if j <= i else jnp.zeros((SUB, SUB), f32)
+
+    out = jax.ShapeDtypeStruct((b_, tp, heads, chunk), f32)
+    return launch(kernel, out, (tp // chunk, b_ * heads), interpret=interpret, name="wy_inverse")(
+        k, g, beta, reads, dd)
+
+
+def wy_apply(inverse, k, v, g, beta, reads, *, chunk, interpret):
+    """(w, u) = (T Kb, T Vb) in k's dtype given every chunk's T (`inverse`, fp32 [B, Tp, H, C]): whole [C, C]
+    tiles of T (in the inputs' dtype, as fla's `recompute_w_u`) against [C, BD] column tiles."""
+    b_, tp, heads, dk = k.shape
+    dv = v.shape[-1]
+    dtype = k.dtype
+
+    def kernel(t_ref, k_ref, v_ref, g_ref, beta_ref, r_ref, w_ref, u_ref):
+        n, bh = pl.program_id(0), pl.program_id(1)
+        b, h = bh // heads, bh % heads
+        rows = pl.ds(n * chunk, chunk)
+        T = t_ref[b, rows, h, pl.ds(0, chunk)].astype(dtype)
+        beta_ = beta_ref[b, rows, h].astype(f32)
+        kfac = beta_ * jnp.exp(g_ref[b, rows, h]) * r_ref[b, rows]
+
+        def apply(out_ref, src_ref, width, factor):
+            bd = block(width, 64)
+
+            def column_tile(ct, carry):
+                cols = pl.ds(ct * bd, bd)
+                rhs = (src_ref[b, rows, h, cols].astype(f32) * factor[:, None]).astype(dtype)
+                out_ref[b, rows, h, cols] = dot(T, rhs).astype(out_ref.dtype)
+                return carry
+
+            jax.lax.fori_loop(0, width // bd, column_tile, 0)
+
+        apply(u_ref, v_ref, dv, beta_)
+        apply(w_ref, k_ref, dk, kfac)
+
+    outs = (jax.ShapeDtypeStruct(k.shape, dtype), jax.ShapeDtypeStruct(v.shape, dtype))
+    return launch(kernel, outs, (tp // chunk, b_ * heads), interpret=interpret, name="wy_apply")(
+        inverse, k, v, g, beta, reads)
+
+
 def wy_gradient(k, v, g, beta, reads, dd, inverse, dw, du, *, chunk, interpret):
     """The gradient of `wy_representation` given T (`inverse`, from `wy_representation(..., with_inverse=True)`)
     and the cotangents dw [B, Tp, H, K] and du [B, Tp, H, V] (in k's dtype): (dk fp32, dv in v's dtype,
@@ -220,4 +274,4 @@ def wy_gradient(k, v, g, beta, reads, dd, inverse, dw, du, *, chunk, interpret):
                   num_stages=2 if wide else 3, name="wy_gradient")(k, v, g, beta, reads, dd, inverse, dw, du)
 
 
-__all__ = ["wy_gradient", "wy_representation"]
+__all__ = ["wy_apply", "wy_gradient", "wy_inverse", "wy_representation"]

@@ -286,30 +286,39 @@ def _delta_pass(k, G, w, u, h0, lay, chunk):
                                    chunk=chunk, store=k.dtype, interpret=_interpret())
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(7, 8))
-def _delta_rule(q, k, v, g, beta, h0, lay, scale, chunk):
+def _delta_forward(q, k, v, g, beta, h0, lay, scale, chunk, with_inverse):
+    """(o, final state, the chunks' T = (I + A)^-1 fp32 or None)."""
     interpret = _interpret()
     G = _chunk_cumsum(g, chunk)
-    w, u = delta_wy.wy_representation(k, v, G, beta, lay.reads, lay.dd, chunk=chunk, interpret=interpret)
+    w, u, *inverse = delta_wy.wy_representation(k, v, G, beta, lay.reads, lay.dd, chunk=chunk, interpret=interpret,
+                                                with_inverse=with_inverse)
     states, v_new, final = _delta_pass(k, G, w, u, h0, lay, chunk)
     scores = la.intra_scores(q, k, G, lay.dd, chunk=chunk, gate="head", interpret=interpret)
     o = la.chunk_out(q, G, lay.reads, states, scores, v_new, chunk=chunk, gate="head", side="read",
                      transpose_scores=False, s_inter=scale, s_intra=scale, out_dtype=v.dtype, interpret=interpret)
+    return o, final, (inverse[0] if with_inverse else None)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(7, 8))
+def _delta_rule(q, k, v, g, beta, h0, lay, scale, chunk):
+    o, final, _ = _delta_forward(q, k, v, g, beta, h0, lay, scale, chunk, False)
     return o, final
 
 
 def _dr_fwd(q, k, v, g, beta, h0, lay, scale, chunk):
-    return _delta_rule(q, k, v, g, beta, h0, lay, scale, chunk), (q, k, v, g, beta, h0, lay)
+    """Keeps the chunks' T (fp32 [B, Tp, H, C]: half of k's bytes for bf16 k at C = 64, K = 256), from which
+    the backward forms w and u (`delta_wy.wy_apply`) instead of solving again."""
+    o, final, inverse = _delta_forward(q, k, v, g, beta, h0, lay, scale, chunk, True)
+    return (o, final), (q, k, v, g, beta, h0, lay, inverse)
 
 
 def _dr_bwd(scale, chunk, res, cts):
-    q, k, v, g, beta, h0, lay = res
+    q, k, v, g, beta, h0, lay, inverse = res
     do, dfinal = cts
     do = do.astype(q.dtype)
     interpret = _interpret()
     G, cumsum_vjp = jax.vjp(lambda g: _chunk_cumsum(g, chunk), g)
-    w, u, inverse = delta_wy.wy_representation(k, v, G, beta, lay.reads, lay.dd, chunk=chunk, interpret=interpret,
-                                               with_inverse=True)
+    w, u = delta_wy.wy_apply(inverse, k, v, G, beta, lay.reads, chunk=chunk, interpret=interpret)
     states, v_new, _ = _delta_pass(k, G, w, u, h0, lay, chunk)
     scores = la.intra_scores(q, k, G, lay.dd, chunk=chunk, gate="head", interpret=interpret)
     dv_local = la.chunk_out(k, None, None, None, scores, do, chunk=chunk, gate=None, side="write",
@@ -320,7 +329,7 @@ def _dr_bwd(scale, chunk, res, cts):
     dscores = la.chunk_dscores(do, v_new, lay.dd, chunk=chunk, scale=scale, interpret=interpret)
     dq, dk, dw, dG = delta_rule.delta_dqkwg(q, k, v_new, do, dv_new, G, dscores, lay.reads, lay.writes, lay.keep,
                                             states, dstates, chunk=chunk, scale=scale, interpret=interpret)
-    # w and u's share in one Pallas kernel, given the chunks' T from the WY/UT form above
+    # w and u's share in one Pallas kernel, given the chunks' T
     dk_wy, dv, dbeta, dG_wy = delta_wy.wy_gradient(k, v, G, beta, lay.reads, lay.dd, inverse, dw,
                                                    dv_new.astype(k.dtype), chunk=chunk, interpret=interpret)
     (dg,) = cumsum_vjp(dG + dG_wy)

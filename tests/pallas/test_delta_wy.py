@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from ccq_jax.ops import pallas as backend
-from pallas_kernels.delta_wy import wy_gradient, wy_representation
+from pallas_kernels.delta_wy import wy_apply, wy_gradient, wy_inverse, wy_representation
 from tests.ops.conftest import rel_rms
 
 
@@ -39,6 +39,20 @@ def test_matches_the_xla_form(chunk, dtype, tol):
     assert w.dtype == u.dtype == dtype
     assert all(np.array_equal(a, b) for a, b in zip((w, u), wy_representation(
         k, v, G, beta, lay.reads, lay.dd, chunk=chunk, interpret=True, with_inverse=True)))
+    assert rel_rms(w, want_w) < tol
+    assert rel_rms(u, want_u) < tol
+
+
+@pytest.mark.parametrize("chunk,dtype,tol", [(32, jnp.float32, 1e-5), (64, jnp.bfloat16, 0.005)])
+def test_inverse_then_apply_matches_the_xla_form(chunk, dtype, tol):
+    """The backward's path: T alone (`wy_inverse`, as the fused kernel stores it), then w and u from T."""
+    k, v, G, beta, lay, _ = _inputs(chunk, dtype, dv=128)  # V in two 64-wide column tiles
+    inverse = wy_inverse(k, G, beta, lay.reads, lay.dd, chunk=chunk, interpret=True)
+    *_, fused = wy_representation(k, v, G, beta, lay.reads, lay.dd, chunk=chunk, interpret=True, with_inverse=True)
+    assert np.array_equal(inverse, fused)
+    w, u = wy_apply(inverse, k, v, G, beta, lay.reads, chunk=chunk, interpret=True)
+    want_w, want_u = backend._delta_wy(k, v, G, beta, lay, chunk)
+    assert w.dtype == u.dtype == dtype
     assert rel_rms(w, want_w) < tol
     assert rel_rms(u, want_u) < tol
 
