@@ -214,18 +214,12 @@ def breakdown(B, T, reps, configs, families):
                     store=jnp.bfloat16, **kw)),
                     q, k, do, G)
                 beta = jnp.asarray(x["beta"])
-                t["wy_representation"] = run(jit(lambda k, v, G, beta: delta_wy.wy_representation(
-                    k, v, G, beta, lay.reads, lay.dd, **kw)), k, v, G, beta)
-                with_inverse = jit(lambda k, v, G, beta: delta_wy.wy_representation(
-                    k, v, G, beta, lay.reads, lay.dd, with_inverse=True, **kw))
-                t["wy_representation (with T)"] = run(with_inverse, k, v, G, beta)
-                t["wy_inverse"] = run(jit(lambda k, G, beta: delta_wy.wy_inverse(
-                    k, G, beta, lay.reads, lay.dd, **kw)), k, G, beta)
+                inverse = jit(lambda k, G, beta: delta_wy.wy_inverse(k, G, beta, lay.dd, **kw))
+                t["wy_inverse"] = run(inverse, k, G, beta)
                 t["wy_apply"] = run(jit(lambda T, k, v, G, beta: delta_wy.wy_apply(
-                    T, k, v, G, beta, lay.reads, **kw)), with_inverse(k, v, G, beta)[2], k, v, G, beta)
-                inverse = jnp.zeros((B, T, H, C), jnp.float32)  # T's values do not change the timing
+                    T, k, v, G, beta, lay.reads, **kw)), inverse(k, G, beta), k, v, G, beta)
                 t["wy_gradient"] = run(jit(lambda k, v, G, beta, T, dw, du: delta_wy.wy_gradient(
-                    k, v, G, beta, lay.reads, lay.dd, T, dw, du, **kw)), k, v, G, beta, inverse, k, do)
+                    k, v, G, beta, lay.reads, lay.dd, T, dw, du, **kw)), k, v, G, beta, inverse(k, G, beta), k, do)
                 t["delta_dqkwg"] = run(jit(lambda q, k, do, G, A, S: delta_rule.delta_dqkwg(
                     q, k, do, do, do, G, A, lay.reads, lay.writes, lay.keep, S, S, scale=1.0, **kw)),
                     q, k, do, G, A, states.astype(jnp.bfloat16))

@@ -1,17 +1,20 @@
-"""The per-chunk WY/UT form of the gated delta rule in one kernel (fla's `chunk_scaled_dot_kkt`, `solve_tril`
-and `recompute_w_u` together), and its gradient in another (fla's `prepare_wy_repr_bwd`): for each chunk,
+"""The per-chunk WY/UT form of the gated delta rule in two kernels (fla's `chunk_scaled_dot_kkt` with
+`solve_tril`, then `recompute_w_u`), and its gradient in a third (fla's `prepare_wy_repr_bwd`): for each chunk,
 
     A_ij = beta_i (k_i . k_j) exp(G_i - G_j)   for j < i in one document (0 elsewhere),
     T = (I + A)^-1,   w = T Kb with Kb = beta exp(G) reads k,   u = T Vb with Vb = beta v.
 
-Forward: one program per (chunk, batch * head), on 16 x 16 blocks held in registers: A's blocks
-come from [16, K] key tiles, each diagonal block of T by forward substitution (row r of the inverse
-is e_r - sum_{j<r} A_rj (row j)), the blocks below the diagonal block row by block row,
-T_ij = -T_ii sum_{j <= m < i} A_im T_mj (a blocked triangular solve, as stable as one, in fp32),
-then w and u by [16, 16] x [16, BD] products. T enters those products in the inputs' dtype (bf16
-inputs: bf16 operands with fp32 accumulation, as fla's `recompute_w_u`; fp32 inputs: IEEE fp32).
-The backward's call also stores T, fp32, as `[B, Tp, H, C]` (row t of chunk n: row t - nC of its T).
-Layouts as in `linear_attention`; gates per head (`G [B, Tp, H]`, the inclusive in-chunk cumsum).
+`wy_inverse`: one program per (chunk, batch * head), on 16 x 16 blocks held in registers: A's
+blocks come from [16, K] key tiles, each diagonal block of T by forward substitution (row r of
+the inverse is e_r - sum_{j<r} A_rj (row j)), the blocks below the diagonal block row by block
+row, T_ij = -T_ii sum_{j <= m < i} A_im T_mj (a blocked triangular solve, as stable as one, in
+fp32). T is stored fp32 as `[B, Tp, H, C]` (row t of chunk n: row t - nC of its T): the forward
+keeps it for the backward, which forms w and u from it again instead of solving again.
+`wy_apply`: w and u from T, whole [C, C] tiles against [C, BD] column tiles, T in the inputs'
+dtype (bf16 inputs: bf16 operands with fp32 accumulation, as fla's `recompute_w_u`; fp32: IEEE).
+(One kernel doing both took as long as the two on the H200: 0.29 ms, 0.33 storing T, against
+0.18 + 0.12.) Layouts as in `linear_attention`; gates per head (`G [B, Tp, H]`, the inclusive
+in-chunk cumsum).
 
 Gradient: one program per (chunk, batch * head) again, reading T from HBM (as fla's reads A) and
 working on whole [C, C] tiles with chunk-sized dots:
@@ -61,16 +64,15 @@ def _inverse(A, blocks):
 
 
 class _Chunk:
-    """One program's chunk: per 16-row block its G, beta, document and Kb's row factor (beta exp(G) reads)."""
+    """One program's chunk: per 16-row block its G, beta and document."""
 
-    def __init__(self, g_ref, beta_ref, r_ref, dd_ref, b, h, n, chunk):
+    def __init__(self, g_ref, beta_ref, dd_ref, b, h, n, chunk):
         self.blocks = chunk // SUB
         self.rows = lambda i: pl.ds(n * chunk + i * SUB, SUB)
         ids = range(self.blocks)
         self.G = [g_ref[b, self.rows(i), h] for i in ids]
         self.beta = [beta_ref[b, self.rows(i), h].astype(f32) for i in ids]
         self.doc = [dd_ref[b, self.rows(i)] for i in ids]
-        self.kfac = [self.beta[i] * jnp.exp(self.G[i]) * r_ref[b, self.rows(i)] for i in ids]
 
     def decay(self, i, j):
         """exp(G_i - G_j) on A's support (block i's rows, block j's columns, j <= i), 0 elsewhere."""
@@ -107,55 +109,15 @@ def _column_tiles(width, cap):
     return [pl.ds(ct * bd, bd) for ct in range(width // bd)]
 
 
-def wy_representation(k, v, g, beta, reads, dd, *, chunk, interpret, with_inverse=False):
-    """(w [B, Tp, H, K], u [B, Tp, H, V]) in k's dtype; g: the per-head in-chunk cumsum G, fp32; beta [B, Tp, H].
-
-    with_inverse: also T = (I + A)^-1, fp32 [B, Tp, H, C] (row t of chunk n holds row t - nC of its T: unit
-    lower triangular, zeros above the diagonal), for `wy_gradient`.
-    """
-    b_, tp, heads, dk = k.shape
-    dv = v.shape[-1]
-    dtype = k.dtype
-
-    def kernel(k_ref, v_ref, g_ref, beta_ref, r_ref, dd_ref, w_ref, u_ref, *t_ref):
-        n, bh = pl.program_id(0), pl.program_id(1)
-        b, h = bh // heads, bh % heads
-        c = _Chunk(g_ref, beta_ref, r_ref, dd_ref, b, h, n, chunk)
-        keys = [k_ref[b, c.rows(i), h, pl.ds(0, dk)] for i in range(c.blocks)]
-        T = c.inverse({(i, j): dot(keys[i], keys[j], trans_b=True) for i, j in c.lower()})
-        if with_inverse:  # fp32, before the products below round it
-            (t_out,) = t_ref
-            for i in range(c.blocks):
-                for j in range(c.blocks):
-                    t_out[b, c.rows(i), h, pl.ds(j * SUB, SUB)] = T[i, j] if j <= i else jnp.zeros((SUB, SUB), f32)
-        T = {ij: t.astype(dtype) for ij, t in T.items()}
-
-        def apply(out_ref, src_ref, width, factor):  # out = T (factor * src), a [16, BD] tile at a time
-            for cols in _column_tiles(width, 128):
-                rhs = [(src_ref[b, c.rows(j), h, cols].astype(f32) * factor[j][:, None]).astype(dtype)
-                       for j in range(c.blocks)]
-                for i in range(c.blocks):
-                    acc = sum(dot(T[i, j], rhs[j]) for j in range(i + 1))
-                    out_ref[b, c.rows(i), h, cols] = acc.astype(out_ref.dtype)
-
-        apply(u_ref, v_ref, dv, c.beta)
-        apply(w_ref, k_ref, dk, c.kfac)
-
-    outs = (jax.ShapeDtypeStruct(k.shape, dtype), jax.ShapeDtypeStruct(v.shape, dtype))
-    outs += (jax.ShapeDtypeStruct((b_, tp, heads, chunk), f32),) if with_inverse else ()
-    return launch(kernel, outs, (tp // chunk, b_ * heads), interpret=interpret, name="wy_representation")(
-        k, v, g, beta, reads, dd)
-
-
-def wy_inverse(k, g, beta, reads, dd, *, chunk, interpret):
-    """T = (I + A)^-1 of every chunk alone, fp32 [B, Tp, H, C] (as `wy_representation(..., with_inverse=True)`
-    stores it), on the same 16 x 16 register blocks; `wy_apply` then forms w and u from it."""
+def wy_inverse(k, g, beta, dd, *, chunk, interpret):
+    """T = (I + A)^-1 of every chunk, fp32 [B, Tp, H, C] (row t of chunk n holds row t - nC of its T: unit lower
+    triangular, zeros above the diagonal); g: the per-head in-chunk cumsum G, fp32; beta [B, Tp, H]."""
     b_, tp, heads, dk = k.shape
 
-    def kernel(k_ref, g_ref, beta_ref, r_ref, dd_ref, t_ref):
+    def kernel(k_ref, g_ref, beta_ref, dd_ref, t_ref):
         n, bh = pl.program_id(0), pl.program_id(1)
         b, h = bh // heads, bh % heads
-        c = _Chunk(g_ref, beta_ref, r_ref, dd_ref, b, h, n, chunk)
+        c = _Chunk(g_ref, beta_ref, dd_ref, b, h, n, chunk)
         keys = [k_ref[b, c.rows(i), h, pl.ds(0, dk)] for i in range(c.blocks)]
         T = c.inverse({(i, j): dot(keys[i], keys[j], trans_b=True) for i, j in c.lower()})
         for i in range(c.blocks):
@@ -163,8 +125,7 @@ def wy_inverse(k, g, beta, reads, dd, *, chunk, interpret):
                 t_ref[b, c.rows(i), h, pl.ds(j * SUB, SUB)] = T[i, j] if j <= i else jnp.zeros((SUB, SUB), f32)
 
     out = jax.ShapeDtypeStruct((b_, tp, heads, chunk), f32)
-    return launch(kernel, out, (tp // chunk, b_ * heads), interpret=interpret, name="wy_inverse")(
-        k, g, beta, reads, dd)
+    return launch(kernel, out, (tp // chunk, b_ * heads), interpret=interpret, name="wy_inverse")(k, g, beta, dd)
 
 
 def wy_apply(inverse, k, v, g, beta, reads, *, chunk, interpret):
@@ -202,10 +163,9 @@ def wy_apply(inverse, k, v, g, beta, reads, *, chunk, interpret):
 
 
 def wy_gradient(k, v, g, beta, reads, dd, inverse, dw, du, *, chunk, interpret):
-    """The gradient of `wy_representation` given T (`inverse`, from `wy_representation(..., with_inverse=True)`)
-    and the cotangents dw [B, Tp, H, K] and du [B, Tp, H, V] (in k's dtype): (dk fp32, dv in v's dtype,
-    dbeta [B, Tp, H] fp32, dG [B, Tp, H] fp32, the gradient w.r.t. the in-chunk cumsum G: the caller turns it
-    into one w.r.t. the log gates).
+    """The gradient of `wy_apply(wy_inverse(...), ...)` given T (`inverse`) and the cotangents dw [B, Tp, H, K]
+    and du [B, Tp, H, V] (in k's dtype): (dk fp32, dv in v's dtype, dbeta [B, Tp, H] fp32, dG [B, Tp, H] fp32,
+    the gradient w.r.t. the in-chunk cumsum G: the caller turns it into one w.r.t. the log gates).
 
     Passes over column tiles: V (dT += du Vb^T; dv = beta T^T du and its dbeta share), K (the gram K K^T,
     dT += dw Kb^T); then on [C, C]: dA, D = dA exp(G_i - G_j) (the gradient of beta_i (k_i . k_j)) and
@@ -274,4 +234,4 @@ def wy_gradient(k, v, g, beta, reads, dd, inverse, dw, du, *, chunk, interpret):
                   num_stages=2 if wide else 3, name="wy_gradient")(k, v, g, beta, reads, dd, inverse, dw, du)
 
 
-__all__ = ["wy_apply", "wy_gradient", "wy_inverse", "wy_representation"]
+__all__ = ["wy_apply", "wy_gradient", "wy_inverse"]

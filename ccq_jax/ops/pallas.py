@@ -12,7 +12,7 @@ chunks, as fla does:
   GLA and the CCQ covariance: all in Pallas (`pallas_kernels.linear_attention`).
   Gated delta rule: the two sequential passes, the output and the per-chunk gradients of q, k
     and the gates in Pallas (`pallas_kernels.delta_rule`, the last one's XLA twin `_delta_rest`);
-    the per-chunk WY/UT algebra (w, u) in one Pallas kernel each way (`pallas_kernels.delta_wy`,
+    the per-chunk WY/UT algebra (T, then w and u; its gradient) in Pallas (`pallas_kernels.delta_wy`,
     its XLA twin `_delta_wy`).
   CCQ key sums and counts: XLA (a masked sum inside chunks, an associative scan across them).
 """
@@ -92,6 +92,13 @@ def _chunk_cumsum(g, chunk):
     return jnp.cumsum(gc, axis=2).reshape(g.shape)
 
 
+def _recompute_from(residuals):
+    """The residuals behind an optimization barrier, so that what a backward pass recomputes from them (the
+    states, w and u, ...) is not merged with the forward's identical computation by XLA, which would keep the
+    forward's results alive until the backward instead (the Gated DeltaNet states of every layer)."""
+    return jax.lax.optimization_barrier(residuals)
+
+
 # ---- GLA form (per-channel gates) and the undecayed covariance of the CCQ read -------------------
 
 
@@ -121,7 +128,7 @@ def _la_fwd(q, k, v, g, h0, lay, scale, chunk, gate, out_dtype):
 
 
 def _la_bwd(scale, chunk, gate, out_dtype, res, cts):
-    q, k, v, g, h0, lay, scores = res
+    q, k, v, g, h0, lay, scores = _recompute_from(res)
     do, dfinal = cts
     do = do.astype(q.dtype)
     interpret = _interpret()
@@ -286,34 +293,34 @@ def _delta_pass(k, G, w, u, h0, lay, chunk):
                                    chunk=chunk, store=k.dtype, interpret=_interpret())
 
 
-def _delta_forward(q, k, v, g, beta, h0, lay, scale, chunk, with_inverse):
-    """(o, final state, the chunks' T = (I + A)^-1 fp32 or None)."""
+def _delta_forward(q, k, v, g, beta, h0, lay, scale, chunk):
+    """(o, final state, the chunks' T = (I + A)^-1, fp32)."""
     interpret = _interpret()
     G = _chunk_cumsum(g, chunk)
-    w, u, *inverse = delta_wy.wy_representation(k, v, G, beta, lay.reads, lay.dd, chunk=chunk, interpret=interpret,
-                                                with_inverse=with_inverse)
+    inverse = delta_wy.wy_inverse(k, G, beta, lay.dd, chunk=chunk, interpret=interpret)
+    w, u = delta_wy.wy_apply(inverse, k, v, G, beta, lay.reads, chunk=chunk, interpret=interpret)
     states, v_new, final = _delta_pass(k, G, w, u, h0, lay, chunk)
     scores = la.intra_scores(q, k, G, lay.dd, chunk=chunk, gate="head", interpret=interpret)
     o = la.chunk_out(q, G, lay.reads, states, scores, v_new, chunk=chunk, gate="head", side="read",
                      transpose_scores=False, s_inter=scale, s_intra=scale, out_dtype=v.dtype, interpret=interpret)
-    return o, final, (inverse[0] if with_inverse else None)
+    return o, final, inverse
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(7, 8))
 def _delta_rule(q, k, v, g, beta, h0, lay, scale, chunk):
-    o, final, _ = _delta_forward(q, k, v, g, beta, h0, lay, scale, chunk, False)
+    o, final, _ = _delta_forward(q, k, v, g, beta, h0, lay, scale, chunk)
     return o, final
 
 
 def _dr_fwd(q, k, v, g, beta, h0, lay, scale, chunk):
     """Keeps the chunks' T (fp32 [B, Tp, H, C]: half of k's bytes for bf16 k at C = 64, K = 256), from which
     the backward forms w and u (`delta_wy.wy_apply`) instead of solving again."""
-    o, final, inverse = _delta_forward(q, k, v, g, beta, h0, lay, scale, chunk, True)
+    o, final, inverse = _delta_forward(q, k, v, g, beta, h0, lay, scale, chunk)
     return (o, final), (q, k, v, g, beta, h0, lay, inverse)
 
 
 def _dr_bwd(scale, chunk, res, cts):
-    q, k, v, g, beta, h0, lay, inverse = res
+    q, k, v, g, beta, h0, lay, inverse = _recompute_from(res)
     do, dfinal = cts
     do = do.astype(q.dtype)
     interpret = _interpret()

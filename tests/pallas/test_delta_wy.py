@@ -1,6 +1,6 @@
-"""The fused WY/UT kernels (`pallas_kernels.delta_wy`) against the XLA per-chunk algebra they replace
-(`_delta_wy`): the forward's (w, u), the inverse T it stores for the backward against float64 numpy,
-and the backward's gradient against `jax.vjp` of the XLA form.
+"""The WY/UT kernels (`pallas_kernels.delta_wy`) against the XLA per-chunk algebra they replace
+(`_delta_wy`): w and u from T, T itself against float64 numpy, and the gradient against
+`jax.vjp` of the XLA form.
 
 Interpret mode on the CPU, packed documents (a document starts inside a chunk), strong decay,
 chunks of 2 and 4 secondary 16-blocks (so the block recursion below the diagonal runs).
@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from ccq_jax.ops import pallas as backend
-from pallas_kernels.delta_wy import wy_apply, wy_gradient, wy_inverse, wy_representation
+from pallas_kernels.delta_wy import wy_apply, wy_gradient, wy_inverse
 from tests.ops.conftest import rel_rms
 
 
@@ -33,23 +33,9 @@ def _inputs(chunk, dtype, dk=32, dv=64):
 @pytest.mark.parametrize("chunk,dtype,tol", [(32, jnp.float32, 1e-5), (64, jnp.float32, 1e-5),
                                              (64, jnp.bfloat16, 0.005)])
 def test_matches_the_xla_form(chunk, dtype, tol):
-    k, v, G, beta, lay, _ = _inputs(chunk, dtype)
-    w, u = wy_representation(k, v, G, beta, lay.reads, lay.dd, chunk=chunk, interpret=True)
-    want_w, want_u = backend._delta_wy(k, v, G, beta, lay, chunk)
-    assert w.dtype == u.dtype == dtype
-    assert all(np.array_equal(a, b) for a, b in zip((w, u), wy_representation(
-        k, v, G, beta, lay.reads, lay.dd, chunk=chunk, interpret=True, with_inverse=True)))
-    assert rel_rms(w, want_w) < tol
-    assert rel_rms(u, want_u) < tol
-
-
-@pytest.mark.parametrize("chunk,dtype,tol", [(32, jnp.float32, 1e-5), (64, jnp.bfloat16, 0.005)])
-def test_inverse_then_apply_matches_the_xla_form(chunk, dtype, tol):
-    """The backward's path: T alone (`wy_inverse`, as the fused kernel stores it), then w and u from T."""
-    k, v, G, beta, lay, _ = _inputs(chunk, dtype, dv=128)  # V in two 64-wide column tiles
-    inverse = wy_inverse(k, G, beta, lay.reads, lay.dd, chunk=chunk, interpret=True)
-    *_, fused = wy_representation(k, v, G, beta, lay.reads, lay.dd, chunk=chunk, interpret=True, with_inverse=True)
-    assert np.array_equal(inverse, fused)
+    """w and u from T (`wy_apply` of `wy_inverse`), V in two 64-wide column tiles."""
+    k, v, G, beta, lay, _ = _inputs(chunk, dtype, dv=128)
+    inverse = wy_inverse(k, G, beta, lay.dd, chunk=chunk, interpret=True)
     w, u = wy_apply(inverse, k, v, G, beta, lay.reads, chunk=chunk, interpret=True)
     want_w, want_u = backend._delta_wy(k, v, G, beta, lay, chunk)
     assert w.dtype == u.dtype == dtype
@@ -61,7 +47,7 @@ def test_inverse_then_apply_matches_the_xla_form(chunk, dtype, tol):
 def test_inverse_matches_float64(chunk):
     """T = (I + A)^-1 per chunk from its definition (k, beta, G, documents), by a float64 solve."""
     k, v, G, beta, lay, _ = _inputs(chunk, jnp.float32)
-    *_, got = wy_representation(k, v, G, beta, lay.reads, lay.dd, chunk=chunk, interpret=True, with_inverse=True)
+    got = wy_inverse(k, G, beta, lay.dd, chunk=chunk, interpret=True)
     assert got.shape == G.shape + (chunk,) and got.dtype == jnp.float32
     b, t, h = G.shape
     heads_first = lambda x: np.moveaxis(np.asarray(x, np.float64).reshape(b, t // chunk, chunk, h, -1), 3, 2)
@@ -85,8 +71,7 @@ def test_gradient_matches_the_vjp_of_the_xla_form(chunk, dtype, tol, gate_tol):
     """bf16: the reference sees the same rounded k, v, dw, du and runs in fp32 (fla's tolerances)."""
     k, v, G, beta, lay, rng = _inputs(chunk, dtype, dk=256, dv=128)  # K in two 128-wide column tiles
     dw, du = (jnp.asarray(rng.standard_normal(x.shape), dtype) for x in (k, v))
-    *_, inverse = wy_representation(k, v, G, beta, lay.reads, lay.dd, chunk=chunk, interpret=True,
-                                    with_inverse=True)
+    inverse = wy_inverse(k, G, beta, lay.dd, chunk=chunk, interpret=True)
     got = wy_gradient(k, v, G, beta, lay.reads, lay.dd, inverse, dw, du, chunk=chunk, interpret=True)
     up = lambda x: x.astype(jnp.float32)
     _, vjp = jax.vjp(lambda k, v, G, beta: backend._delta_wy(k, v, G, beta, lay, chunk), up(k), up(v), G, beta)
