@@ -6,6 +6,6 @@ custom VJPs and the choice between compiling and interpreting stay in `ccq_jax.o
 
   linear_attention  the chunked GLA pieces (with no gate: the CCQ covariance read)
   delta_rule        the sequential passes of the chunked gated delta rule and its per-chunk gradients
-  delta_wy          its per-chunk WY/UT form (w, u, optionally T) in one kernel, its gradient in another
+  delta_wy          its per-chunk WY/UT form (T, then w and u from T) and its gradient
   _tiles            in-kernel helpers and the one place kernels are launched
 """
