@@ -19,7 +19,7 @@ import gzip
 import json
 import tempfile
 
-from benchmarks.kernels import OURS, SHAPES, _inputs, _ours_fn, fla_call
+from benchmarks.kernels import OURS, SHAPES, _inputs, _ours_fn, fla_call, ours_args
 
 FAMILY = {op: family for family, ops in OURS.items() for op in ops}
 
@@ -46,12 +46,8 @@ def profile_fla(family, B, T, calls):
 def profile_ours(op, B, T, calls):
     """[(ms per call, runs per call, kernel)] of our op (impl="pallas") by its fwd+bwd program's GPU events."""
     import jax
-    import jax.numpy as jnp
 
-    x = _inputs(FAMILY[op], B, T)
-    bf = lambda a: jnp.asarray(a, jnp.bfloat16)
-    args = [bf(x["q"]), bf(x["k"]), bf(x["v"]), jnp.asarray(x["g"]), jnp.asarray(x.get("beta", x["lam"])),
-            jnp.asarray(x["lam"]), bf(x["do"])]
+    args = ours_args(_inputs(FAMILY[op], B, T), grad=True)
     fn = _ours_fn(op, "pallas", grad=True)
     jax.block_until_ready(fn(*args))
     with tempfile.TemporaryDirectory() as tmp:

@@ -10,9 +10,8 @@ Shapes follow fla's 1.3B configs (B = 4, bf16 q/k/v, fp32 gates): GLA H=4, K=256
 Gated DeltaNet H=6, K=256, V=512. "fwd+bwd" is the forward pass (its output returned) plus
 the gradients of every input. Times are per call: fla's by `triton.testing.do_bench` (CUDA
 events), ours by the wall clock over `--reps` calls queued back to back (one wait at the end,
-median of 5 rounds);
-peak memory is XLA's compiled buffer total (arguments, outputs, temporaries) for JAX and
-`torch.cuda.max_memory_allocated` for fla, inputs included.
+median of 5 rounds); peak memory is XLA's compiled buffer total (arguments, outputs,
+temporaries) for JAX and `torch.cuda.max_memory_allocated` for fla, inputs included.
 fla refuses its Gated DeltaNet backward on Hopper (wrong gated dq/dk with this Triton,
 fla issue #640); the guard is lifted to time it, so its gradients here are not trustworthy.
 """
@@ -110,16 +109,20 @@ def _ours_fn(op_name, impl, grad):
     return jax.jit(fwd_bwd)
 
 
-def time_ours(op_name, impl, x, reps):
+def ours_args(x, grad):
+    """The arguments of `_ours_fn`'s functions from NumPy inputs x: bf16 q, k, v (and do with grad), fp32 gates."""
     import jax.numpy as jnp
 
     bf = lambda a: jnp.asarray(a, jnp.bfloat16)
-    args = [bf(x["q"]), bf(x["k"]), bf(x["v"]), jnp.asarray(x["g"]), jnp.asarray(x.get("beta", x["lam"])),
-            jnp.asarray(x["lam"])]
+    return ([bf(x["q"]), bf(x["k"]), bf(x["v"]), jnp.asarray(x["g"]), jnp.asarray(x.get("beta", x["lam"])),
+             jnp.asarray(x["lam"])] + ([bf(x["do"])] if grad else []))
+
+
+def time_ours(op_name, impl, x, reps):
     res = {}
     for key, grad in (("fwd_ms", False), ("fwdbwd_ms", True)):
         fn = _ours_fn(op_name, impl, grad)
-        call_args = args + ([bf(x["do"])] if grad else [])
+        call_args = ours_args(x, grad)
         compiled = fn.lower(*call_args).compile()
         if grad:
             mem = compiled.memory_analysis()

@@ -10,12 +10,13 @@ a fresh batch of random tokens per step. After `--warmup` compiled steps, `--ste
 timed end to end (device synchronised); a compilation inside them is counted and warned about (its
 time is not a step's). Memory: the allocator's peak (`peak_GiB`, which includes what XLA's
 autotuning allocated while compiling) and XLA's plan of the compiled step (`planned_GiB`). MFU
-counts 6 N FLOPs per token against `--peak-tflops` (dense bf16 of an H100/H200: 989). Results go to stdout as a table and, with --out, as JSON
-lines; a preset that fails (e.g. out of memory) gets a row with its error and the others still run.
-`--memory-only` compiles the step on the current backend and reports XLA's planned buffers instead
-(on a CPU these are the CPU compiler's totals, not a GPU's peak: gla-1.3b with `--attn-impl chunk
---param-dtype bfloat16` planned 147.3 GiB of temporaries there, 145.5 GiB with `--loss-chunk-len
-1024`; measure memory savings on the GPU).
+counts 6 N FLOPs per token against `--peak-tflops` (dense bf16 of an H100/H200: 989). Results go
+to stdout as a table and, with --out, as JSON lines; a preset that fails (e.g. out of memory)
+gets a row with its error and the others still run. `--memory-only` compiles the step on the
+current backend and reports XLA's planned buffers instead (on a CPU these are the CPU compiler's
+totals, not a GPU's peak: gla-1.3b with `--attn-impl chunk --param-dtype bfloat16` planned
+147.3 GiB of temporaries there, 145.5 GiB with `--loss-chunk-len 1024`; measure memory savings
+on the GPU).
 """
 
 import argparse

@@ -31,8 +31,9 @@ def _tiling(dv, dtype, *, narrow=False):
     64-wide slabs at 8 warps; delta_dstates that way took 1.13 against 1.01 ms)."""
     if jnp.dtype(dtype).itemsize >= 4:
         return block(dv, 32), dict(num_warps=8, num_stages=1)
-    return (block(dv, 32), dict(num_warps=4, num_stages=2)) if narrow else (block(dv, 64), dict(num_warps=8,
-                                                                                               num_stages=2))
+    if narrow:
+        return block(dv, 32), dict(num_warps=4, num_stages=2)
+    return block(dv, 64), dict(num_warps=8, num_stages=2)
 
 
 def delta_states(w, u, k, g, writes, keep, h0, *, chunk, store, interpret):

@@ -58,6 +58,7 @@ def intra_scores(q, k, g, dd, *, chunk, gate, interpret):
         t0 = n * chunk
         rows = pl.ds(t0, chunk)
         i = iota(chunk)
+
         def k_step(kt, acc):
             ks = pl.ds(kt * bk, bk)
             qt, kt_ = q_ref[b, rows, h, ks], k_ref[b, rows, h, ks]
@@ -241,6 +242,7 @@ def chunk_dscores(do, y, dd, *, chunk, scale, interpret):
         n = pl.program_id(0)
         b, h = _bh(1, heads)
         rows = pl.ds(n * chunk, chunk)
+
         def v_step(vt, acc):
             vs = pl.ds(vt * bv, bv)
             return acc + dot(do_ref[b, rows, h, vs], y_ref[b, rows, h, vs], trans_b=True)
@@ -276,6 +278,7 @@ def chunk_dqk(q, k, v, do, g, reads, writes, keep, states, dstates, dscores, dia
         b, h = _bh(2, heads)
         t0 = n * chunk
         rows, ks = pl.ds(t0, chunk), pl.ds(kt * bk, bk)
+
         def v_step(vt, carry):
             dq, dk_, dgl = carry
             vs = pl.ds(vt * bv, bv)
@@ -283,7 +286,7 @@ def chunk_dqk(q, k, v, do, g, reads, writes, keep, states, dstates, dscores, dia
             dq += dot(do_ref[b, rows, h, vs], S.astype(dtype), trans_b=True)
             dk_ += dot(v_ref[b, rows, h, vs], dS.astype(dtype), trans_b=True)
             if gate:
-                dgl += jnp.sum(S.astype(f32) * dS.astype(f32), axis=1)
+                dgl += jnp.sum(S * dS, axis=1)
             return dq, dk_, dgl
 
         zeros = lambda *shape: jnp.zeros(shape, f32)

@@ -20,11 +20,13 @@ def _rms_normalize(x, weight, eps):
 # keep the input and 1/rms likewise).
 @functools.partial(jax.checkpoint, static_argnums=(2, 3))
 def rms_norm(x, weight, eps, dtype):
+    """fla's RMSNorm, computed in fp32, returned in `dtype`."""
     return _rms_normalize(x, weight, eps).astype(dtype)
 
 
 @functools.partial(jax.checkpoint, static_argnums=(3, 4))
 def gated_rms_norm(x, gate, weight, eps, dtype):
+    """fla's FusedRMSNormGated (swish): rms_norm(x) * silu(gate), computed in fp32, returned in `dtype`."""
     return (_rms_normalize(x, weight, eps) * jax.nn.silu(gate.astype(jnp.float32))).astype(dtype)
 
 

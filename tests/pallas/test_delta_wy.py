@@ -69,7 +69,7 @@ def test_inverse_matches_float64(chunk):
                                                       (64, jnp.bfloat16, 0.008, 0.02)])
 def test_gradient_matches_the_vjp_of_the_xla_form(chunk, dtype, tol, gate_tol):
     """bf16: the reference sees the same rounded k, v, dw, du and runs in fp32 (fla's tolerances)."""
-    k, v, G, beta, lay, rng = _inputs(chunk, dtype, dk=256, dv=128)  # K in two 128-wide column tiles
+    k, v, G, beta, lay, rng = _inputs(chunk, dtype, dk=256, dv=128)  # K and V in several column tiles
     dw, du = (jnp.asarray(rng.standard_normal(x.shape), dtype) for x in (k, v))
     inverse = wy_inverse(k, G, beta, lay.dd, chunk=chunk, interpret=True)
     got = wy_gradient(k, v, G, beta, lay.reads, lay.dd, inverse, dw, du, chunk=chunk, interpret=True)
