@@ -153,7 +153,7 @@ def breakdown(B, T, reps, configs, families):
     import jax.numpy as jnp
 
     import ccq_jax.ops.pallas as backend
-    from pallas_kernels import _tiles, delta_rule, delta_wy
+    from pallas_kernels import _tiles, ccq_read, delta_rule, delta_wy
     from pallas_kernels import linear_attention as la
 
     def run(fn, *args):
@@ -176,6 +176,7 @@ def breakdown(B, T, reps, configs, families):
     for width, warps, stages in configs:
         for mod in (la, delta_rule, delta_wy):
             mod.block = own_block if width == "default" else lambda d, cap=None, w=width: min(d, w)
+        for mod in (la, delta_rule, delta_wy, ccq_read):
             mod.launch = launch_with(warps, stages)
         for family in families:
             x = _inputs(family, B, T)
@@ -230,6 +231,16 @@ def breakdown(B, T, reps, configs, families):
                 t["delta_wy (XLA)"] = run(jit(xla_wy), k, v, G, beta)
                 t["delta_wy vjp (XLA)"] = run(jit(lambda k, v, G, beta, dw, du: jax.vjp(xla_wy, k, v, G, beta)[1](
                     (dw.astype(jnp.float32), du.astype(jnp.float32)))), k, v, G, beta, k, do)
+            lam, c = jnp.asarray(x["lam"]), q.astype(jnp.float32)  # the CCQ read's ends, 16 or 32 rows a program
+            sums, counts = jnp.zeros((B, T // C, H, K), jnp.float32), jnp.ones((B, T // C, H), jnp.float32)
+            for n_rows in (16, 32):
+                ccq_kw = dict(kw, rows=n_rows)
+                t[f"clean_query/{n_rows}"] = run(jit(lambda q, k, c, lam: ccq_read.clean_query(
+                    q, k, c, lam, lay.reads, lay.dd, sums, counts, centered=True, **ccq_kw)), q, k, c, lam)
+                t[f"clean_query_grad/{n_rows}"] = run(jit(lambda g, q, k, c, lam: ccq_read.clean_query_grad(
+                    g, q, k, c, lam, lay.reads, lay.dd, sums, counts, centered=True, **ccq_kw)), q, q, k, c, lam)
+                t[f"key_grad/{n_rows}"] = run(jit(lambda k, dk, dv, dm: ccq_read.key_grad(
+                    k, (dk, dv), dm, sums, lay.writes, lay.dd, eps=1e-6, **ccq_kw)), k, k, k, c)
             for name, ms in t.items():
                 rows.append(dict(family=family, kernel=name, width=width, warps=warps, stages=stages, ms=ms))
                 print(rows[-1], flush=True)

@@ -7,5 +7,6 @@ custom VJPs and the choice between compiling and interpreting stay in `ccq_jax.o
   linear_attention  the chunked GLA pieces (with no gate: the CCQ covariance read)
   delta_rule        the sequential passes of the chunked gated delta rule and its per-chunk gradients
   delta_wy          its per-chunk WY/UT form (T, then w and u from T) and its gradient
+  ccq_read          the CCQ read's running key sums and cleaned query around the covariance, and their gradients
   _tiles            in-kernel helpers and the one place kernels are launched
 """

@@ -14,7 +14,10 @@ chunks, as fla does:
     and the gates in Pallas (`pallas_kernels.delta_rule`, the last one's XLA twin `_delta_rest`);
     the per-chunk WY/UT algebra (T, then w and u; its gradient) in Pallas (`pallas_kernels.delta_wy`,
     its XLA twin `_delta_wy`).
-  CCQ key sums and counts: XLA (a masked sum inside chunks, an associative scan across them).
+  The CCQ read: the key normalisation and the chunks' key totals in XLA, their scan across chunks
+    in XLA (transposed for the backward), the running key sums inside chunks, the cleaned query
+    and all their gradients in Pallas (`pallas_kernels.ccq_read`).
+GLA keeps its gates' in-chunk cumsum G (fp32, the size of g) instead of g for the backward.
 """
 
 import functools
@@ -23,11 +26,11 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from ccq_jax.ops._common import HIGHEST, ccq_correction, ccq_keys
+from ccq_jax.ops._common import HIGHEST, L2_NORM_EPS, ccq_keys
 from ccq_jax.ops.chunk import _doc_masks, _masked_exp, _mm
 from ccq_jax.ops.scan import _diagonal_scan, _fold_initial
 from ccq_jax.ops.types import CCQStats
-from pallas_kernels import delta_rule, delta_wy
+from pallas_kernels import ccq_read, delta_rule, delta_wy
 from pallas_kernels import linear_attention as la
 from pallas_kernels._tiles import SUB
 
@@ -112,27 +115,26 @@ def _la_forward(q, k, v, g, h0, lay, scale, chunk, gate, out_dtype):
                                     store=q.dtype, interpret=interpret)
     o = la.chunk_out(q, G, lay.reads, states, scores, v, chunk=chunk, gate=gate, side="read",
                      transpose_scores=False, s_inter=scale, s_intra=scale, out_dtype=out_dtype, interpret=interpret)
-    return o, final, scores
+    return o, final, scores, G
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(6, 7, 8, 9))
 def _linear_attention(q, k, v, g, h0, lay, scale, chunk, gate, out_dtype):
     """o = scale * S_t^T q_t with S_t = diag(exp(g_t)) S_{t-1} + k_t v_t^T (no decay when gate is None)."""
-    o, final, _ = _la_forward(q, k, v, g, h0, lay, scale, chunk, gate, out_dtype)
+    o, final, _, _ = _la_forward(q, k, v, g, h0, lay, scale, chunk, gate, out_dtype)
     return o, final
 
 
 def _la_fwd(q, k, v, g, h0, lay, scale, chunk, gate, out_dtype):
-    o, final, scores = _la_forward(q, k, v, g, h0, lay, scale, chunk, gate, out_dtype)
-    return (o, final), (q, k, v, g, h0, lay, scores)
+    """Keeps the gates' in-chunk cumsum G (fp32, the size of g, kept instead of it) for the backward."""
+    o, final, scores, G = _la_forward(q, k, v, g, h0, lay, scale, chunk, gate, out_dtype)
+    return (o, final), (q, k, v, G, h0, lay, scores)
 
 
-def _la_bwd(scale, chunk, gate, out_dtype, res, cts):
-    q, k, v, g, h0, lay, scores = _recompute_from(res)
-    do, dfinal = cts
-    do = do.astype(q.dtype)
+def _la_backward(q, k, v, G, h0, lay, scores, do, dfinal, scale, chunk, gate):
+    """(dq, dk in q's dtype, dv in v's dtype, dg fp32 or None, dh0) of `_linear_attention`, the states
+    recomputed; G: the gates' in-chunk cumsum."""
     interpret = _interpret()
-    G = _chunk_cumsum(g, chunk) if gate else None
     common = dict(chunk=chunk, gate=gate, interpret=interpret)
     states, _ = la.chunk_states(k, v, G, lay.writes, lay.keep, h0, side="write", store=f32, **common)
     dstates, dh0 = la.chunk_states(q, do, G, lay.reads, lay.keep, dfinal, side="read", reverse=True, scale=scale,
@@ -143,7 +145,13 @@ def _la_bwd(scale, chunk, gate, out_dtype, res, cts):
     diagonal = la.diagonal_dqk(q, k, G, dscores, chunk=chunk, interpret=interpret) if gate else None
     dq, dk, dg = la.chunk_dqk(q, k, v, do, G, lay.reads, lay.writes, lay.keep, states, dstates, dscores, diagonal,
                               scale=scale, **common)
-    dg = None if g is None else dg.astype(g.dtype)
+    return dq, dk, dv, dg, dh0
+
+
+def _la_bwd(scale, chunk, gate, out_dtype, res, cts):
+    q, k, v, G, h0, lay, scores = _recompute_from(res)
+    do, dfinal = cts
+    dq, dk, dv, dg, dh0 = _la_backward(q, k, v, G, h0, lay, scores, do.astype(q.dtype), dfinal, scale, chunk, gate)
     return dq.astype(q.dtype), dk.astype(k.dtype), dv, dg, dh0, None
 
 
@@ -165,61 +173,93 @@ def _backbone_inputs(q, k, v, initial_state, chunk_size):
 def gla(q, k, v, g, *, scale, initial_state, docs, chunk_size=64):
     """Chunked GLA in Pallas; see `ccq_jax.ops.gla`."""
     chunk, tp, kp, qkv, h0, undo = _backbone_inputs(q, k, v, initial_state, chunk_size)
-    return undo(*_linear_attention(*qkv, _pad(g, tp, kp), h0, _layout(docs, chunk), scale, chunk, "channel",
+    return undo(*_linear_attention(*qkv, _pad(g.astype(f32), tp, kp), h0, _layout(docs, chunk), scale, chunk, "channel",
                                    v.dtype))
 
 
 # ---- the CCQ read -----------------------------------------------------------------------------------
 
 
-def _key_sums(kh, lay, init_sum, init_count, chunk):
-    """Running sum of k^ and token count per document ([B, Tp, H, K], [B, Tp, H]) and their final values."""
-    b, tp, h, dk = kh.shape
-    n = tp // chunk
-    khc = kh.reshape(b, n, chunk, h, dk)
-    causal = _same_doc_causal(lay.dd, chunk).astype(f32)
-    writes, reads = (x.reshape(b, n, chunk) for x in (lay.writes, lay.reads))
-    totals = (jnp.einsum("bnj,bnjhk->bnhk", writes, khc, precision=HIGHEST),
-              jnp.broadcast_to(jnp.sum(writes, -1)[..., None], (b, n, h)))
-    keep = lay.keep.reshape(b, n, chunk)[..., 0]
-    init = (init_sum, init_count)
+def _key_scan(totals, init, keep):
+    """The key sums and counts entering each chunk ([B, N, H, K], [B, N, H]) and their final values, from the
+    chunks' totals `(sums, counts)` and the initial ones (a new document inside a chunk drops what entered it:
+    keep [B, N]). Linear in (totals, init)."""
     leaving = _diagonal_scan(keep, tuple(_fold_initial(t, keep[:, 0], i) for t, i in zip(totals, init)))
-    entering = [jnp.concatenate([i[:, None], l[:, :-1]], axis=1) for i, l in zip(init, leaving)]
-    key_sum = (jnp.einsum("bnij,bnjhk->bnihk", causal, khc, precision=HIGHEST)
-               + reads[..., None, None] * entering[0][:, :, None])
-    count = jnp.sum(causal, -1)[..., None] + reads[..., None] * entering[1][:, :, None]
-    return key_sum.reshape(kh.shape), count.reshape(b, tp, h), leaving[0][:, -1], leaving[1][:, -1]
+    entering = tuple(jnp.concatenate([i[:, None], l[:, :-1]], axis=1) for i, l in zip(init, leaving))
+    return entering, tuple(l[:, -1] for l in leaving)
+
+
+def _key_totals(kh, lay, chunk):
+    """(sum of the keys each chunk hands on to the next [B, N, H, K] fp32, how many [B, N, H])."""
+    b, tp, h, dk = kh.shape
+    writes = lay.writes.reshape(b, tp // chunk, chunk)
+    sums = jnp.sum(writes[..., None, None] * _per_chunk(kh, chunk).astype(f32), axis=2)
+    return sums, jnp.broadcast_to(jnp.sum(writes, -1)[..., None], sums.shape[:3])
+
+
+def _chunk_keep(lay, chunk):
+    return lay.keep.reshape(lay.keep.shape[0], -1, chunk)[..., 0]
+
+
+def _ccq_keys_in(k, normalize, dtype):
+    return ccq_keys(k, normalize).astype(dtype)
+
+
+def _ccq_read_forward(q, k, lam, cov0, sum0, count0, lay, chunk, centered, normalize):
+    interpret = _interpret()
+    kh = _ccq_keys_in(k, normalize, q.dtype)
+    (sum_in, count_in), final = _key_scan(_key_totals(kh, lay, chunk), (sum0, count0), _chunk_keep(lay, chunk))
+    # the state is [key, value] = C^T: C q_t = sum_k q_tk S[k, :]
+    cov_q, cov_t, scores, _ = _la_forward(q, kh, kh, None, cov0, lay, 1.0, chunk, None, f32)
+    q_clean = ccq_read.clean_query(q, kh, cov_q, lam, lay.reads, lay.dd, sum_in, count_in, chunk=chunk,
+                                   centered=centered, interpret=interpret)
+    return (q_clean, (cov_t, *final)), (q, k, lam, cov0, lay, cov_q, scores, sum_in, count_in)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(7, 8, 9))
+def _ccq_read(q, k, lam, cov0, sum0, count0, lay, chunk, centered, normalize):
+    """(q_clean, (C^T, key sum, count) at the end) on padded inputs; the covariance state is kept as C^T."""
+    return _ccq_read_forward(q, k, lam, cov0, sum0, count0, lay, chunk, centered, normalize)[0]
+
+
+def _ccq_read_bwd(chunk, centered, normalize, res, cts):
+    q, k, lam, cov0, lay, cov_q, scores, sum_in, count_in = _recompute_from(res)
+    dqc, (dcov_t, dfinal_sum, dfinal_count) = cts
+    interpret = _interpret()
+    kh = _ccq_keys_in(k, normalize, q.dtype)
+    dq, dc, dlam, dm, dsum_in, dcount_in = ccq_read.clean_query_grad(
+        dqc.astype(q.dtype), q, kh, cov_q, lam, lay.reads, lay.dd, sum_in, count_in, chunk=chunk,
+        centered=centered, interpret=interpret)
+    keep = _chunk_keep(lay, chunk)
+    scan = lambda totals, init: _key_scan(totals, init, keep)
+    shapes = ((dsum_in, dcount_in), (dfinal_sum, dfinal_count))
+    (dtotals, _), (dsum0, dcount0) = jax.linear_transpose(scan, *shapes)(((dsum_in, dcount_in),
+                                                                           (dfinal_sum, dfinal_count)))
+    dq_cov, dk_cov, dv_cov, _, dcov0 = _la_backward(q, kh, kh, None, cov0, lay, scores, dc, dcov_t, 1.0, chunk,
+                                                    None)
+    dk = ccq_read.key_grad(k, (dk_cov, dv_cov), dm, dtotals, lay.writes, lay.dd, chunk=chunk,
+                           eps=L2_NORM_EPS if normalize else None, interpret=interpret)
+    return (dq + dq_cov).astype(q.dtype), dk, dlam.astype(lam.dtype), dcov0, dsum0, dcount0, None
+
+
+_ccq_read.defvjp(_ccq_read_forward, _ccq_read_bwd)
 
 
 def ccq_query(q, k, lam, *, centered, normalize_keys, initial_stats, docs, chunk_size=64):
-    """The CCQ read in Pallas: the covariance term is an undecayed linear attention with values k^."""
+    """The CCQ read in Pallas: the covariance term is an undecayed linear attention with values k^, the key
+    sums and the cleaned query are `pallas_kernels.ccq_read`'s."""
     b, t, h, dk = q.shape
     chunk = _check_chunk(chunk_size)
     tp, kp = t + (-t % chunk), _width(dk)
     dtype = jnp.result_type(q, k)
-    kh = _pad(_lean_ccq_keys(k, normalize_keys), tp, kp)
-    lay = _layout(docs, chunk)
-    # the state is [key, value] = C^T: C q_t = sum_k q_tk S[k, :]
-    cov_q, cov_t = _linear_attention(_pad(q.astype(dtype), tp, kp), kh.astype(dtype), kh.astype(dtype), None,
-                                     _pad_state(jnp.swapaxes(initial_stats.cov, 2, 3), kp, kp), lay, 1.0, chunk,
-                                     None, f32)
-    key_sum, count, final_sum, final_count = _key_sums(
-        kh, lay, jnp.pad(initial_stats.key_sum, [(0, 0), (0, 0), (0, kp - dk)]), initial_stats.count, chunk)
-    q_clean = _clean_query(cov_q[:, :t, :, :dk], key_sum[:, :t, :, :dk], count[:, :t], q, lam, centered)
+    padded = [_pad(x.astype(dtype), tp, kp) for x in (q, k)]
+    cov0 = _pad_state(jnp.swapaxes(initial_stats.cov, 2, 3), kp, kp)
+    sum0 = jnp.pad(initial_stats.key_sum.astype(f32), [(0, 0), (0, 0), (0, kp - dk)])
+    q_clean, (cov_t, final_sum, final_count) = _ccq_read(
+        *padded, _pad(lam, tp), cov0, sum0, initial_stats.count.astype(f32), _layout(docs, chunk), chunk,
+        centered, normalize_keys)
     cov = jnp.swapaxes(cov_t, 2, 3)[:, :, :dk, :dk]
-    return q_clean, CCQStats(cov, final_sum[..., :dk], final_count)
-
-
-# The elementwise ends of the CCQ read, recomputed in the backward pass from their inputs: autodiff would keep
-# their fp32 intermediates (the keys in fp32, the query in fp32, Sigma q), several [B, T, H, K] fp32 tensors.
-_lean_ccq_keys = jax.checkpoint(ccq_keys, static_argnums=(1,))
-
-
-@functools.partial(jax.checkpoint, static_argnums=(5,))
-def _clean_query(cov_q, key_sum, count, q, lam, centered):
-    """q - lam Sigma q, fp32, in q's dtype (C q, the key sum and the count from the statistics passes)."""
-    qf = q.astype(f32)
-    return (qf - lam.astype(f32)[..., None] * ccq_correction(cov_q, key_sum, count, qf, centered)).astype(q.dtype)
+    return q_clean[:, :t, :, :dk], CCQStats(cov, final_sum[..., :dk], final_count)
 
 
 # ---- gated delta rule -------------------------------------------------------------------------------

@@ -15,6 +15,11 @@ FLAGS = {ops.gla: {"output_final_state": True}, ops.gated_delta_rule: {"output_f
          ops.ccq_query: {"output_final_stats": True}, ops.ccq_gla: ALL_FINAL, ops.ccq_gated_delta_rule: ALL_FINAL}
 
 
+def flags(op):
+    """The output flags of an op (or of a functools.partial of one, options bound)."""
+    return FLAGS[getattr(op, "func", op)]
+
+
 def _loss_fn(op, x, impl, chunk, seed):
     """A scalar that touches every output (o and all final states) with random weights."""
     rng = np.random.default_rng(seed)
@@ -23,7 +28,7 @@ def _loss_fn(op, x, impl, chunk, seed):
         return sum(jnp.sum(a * rng.standard_normal(a.shape).astype(a.dtype)) for a in jax.tree.leaves(tree))
 
     def loss(args):
-        out = op(*args["pos"], **args["kw"], **FLAGS[op], segment_ids=x["segment_ids"], impl=impl, chunk_size=chunk)
+        out = op(*args["pos"], **args["kw"], **flags(op), segment_ids=x["segment_ids"], impl=impl, chunk_size=chunk)
         return weighted(out)
 
     return loss

@@ -4,13 +4,15 @@ Every check runs an op with impl="pallas" and compares its outputs, final states
 gradients of every input with the token-by-token recurrence run in float64 (relative RMS).
 """
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 import ccq_jax.ops as ops
 from tests.ops.conftest import _log_decay, rel_rms
-from tests.ops.test_gradients import FLAGS, _float64_ground_truth, _grads
+from tests.ops.test_gradients import _float64_ground_truth, _grads, flags
 
 FP32_TOL = 1e-4  # fla's chunk numerics (decays as differences of in-chunk cumsums): measured <= 2e-5
 OUT_TOL, GRAD_TOL, GATE_GRAD_TOL = 0.005, 0.008, 0.02  # fla's half-precision tolerances
@@ -66,16 +68,16 @@ def _arguments(name, x, dtype):
     return pos, kw
 
 
-def check_op(name, x, chunk, dtype=jnp.float32):
+def check_op(name, x, chunk, dtype=jnp.float32, **options):
     """Outputs, final states and all gradients of impl="pallas" against the float64 recurrence.
 
     fp32: every relative RMS < FP32_TOL. bf16 (q, k, v rounded; the reference sees the same
-    rounded values): fla's tolerances.
+    rounded values): fla's tolerances. options: the op's keyword options (centered=False, ...).
     """
-    op = getattr(ops, name)
+    op = functools.partial(getattr(ops, name), **options)
     pos, kw = _arguments(name, x, dtype)
     ref_pos = [np.asarray(p, np.float32) for p in pos]
-    call = dict(**FLAGS[op], segment_ids=x["segment_ids"])
+    call = dict(**flags(op), segment_ids=x["segment_ids"])
     got = op(*pos, **kw, **call, impl="pallas", chunk_size=chunk)
     with jax.enable_x64(True):
         to64 = lambda a: jnp.asarray(a, jnp.float64)

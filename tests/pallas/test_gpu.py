@@ -26,3 +26,8 @@ def x():
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16], ids=["fp32", "bf16"])
 def test_against_recurrence(x, name, dtype):
     check_op(name, x, 64, dtype)
+
+
+@pytest.mark.parametrize("centered,normalize_keys", [(False, True), (True, False)])
+def test_ccq_query_options(x, centered, normalize_keys):
+    check_op("ccq_query", x, 64, jnp.bfloat16, centered=centered, normalize_keys=normalize_keys)
