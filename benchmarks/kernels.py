@@ -194,14 +194,14 @@ def breakdown(B, T, reps, configs, families):
                 print(f"{family} {width}/{warps}/{stages}: intra_scores failed: {str(err)[:200]}", flush=True)
                 continue
             t = {"intra_scores": run(scores, q, k, G)}
-            states = jnp.zeros((B, T // C, H, K, V), jnp.float32)  # the kernels' [B, N, H, K, V]
+            states = jnp.zeros((B, T // C, H, K, V), jnp.bfloat16)  # the kernels' [B, N, H, K, V], stored bf16
             t["chunk_out"] = run(jit(lambda q, G, S, A, v: la.chunk_out(
                 q, G, lay.reads, S, A, v, gate=gate, side="read", transpose_scores=False, s_inter=1.0, s_intra=1.0,
                 out_dtype=jnp.bfloat16, **kw)), q, G, states, A, v)
             t["chunk_dscores"] = run(jit(lambda do, v: la.chunk_dscores(do, v, lay.dd, scale=1.0, **kw)), do, v)
             if family == "gla":
                 t["chunk_states"] = run(jit(lambda k, v, G: la.chunk_states(
-                    k, v, G, lay.writes, lay.keep, h0, gate=gate, side="write", store=jnp.float32, **kw)), k, v, G)
+                    k, v, G, lay.writes, lay.keep, h0, gate=gate, side="write", store=jnp.bfloat16, **kw)), k, v, G)
                 t["diagonal_scores"] = run(jit(lambda q, k, G, A: la.diagonal_scores(q, k, G, lay.dd, A, **kw)),
                                            q, k, G, A)
                 diag = jit(lambda q, k, G, A: la.diagonal_dqk(q, k, G, A, **kw))
@@ -212,7 +212,7 @@ def breakdown(B, T, reps, configs, families):
             else:
                 w = k
                 t["delta_states"] = run(jit(lambda w, u, k, G: delta_rule.delta_states(
-                    w, u, k, G, lay.writes, lay.keep, h0, store=jnp.float32, **kw)), w, v, k, G)
+                    w, u, k, G, lay.writes, lay.keep, h0, store=jnp.bfloat16, **kw)), w, v, k, G)
                 t["delta_dstates"] = run(jit(lambda q, k, do, G: delta_rule.delta_dstates(
                     q, k, k, do, do.astype(jnp.float32), G, lay.reads, lay.writes, lay.keep, h0, scale=1.0,
                     store=jnp.bfloat16, **kw)),
@@ -222,11 +222,12 @@ def breakdown(B, T, reps, configs, families):
                 t["wy_inverse"] = run(inverse, k, G, beta)
                 t["wy_apply"] = run(jit(lambda T, k, v, G, beta: delta_wy.wy_apply(
                     T, k, v, G, beta, lay.reads, **kw)), inverse(k, G, beta), k, v, G, beta)
-                t["wy_gradient"] = run(jit(lambda k, v, G, beta, T, dw, du: delta_wy.wy_gradient(
-                    k, v, G, beta, lay.reads, lay.dd, T, dw, du, **kw)), k, v, G, beta, inverse(k, G, beta), k, do)
+                t["wy_gradient"] = run(jit(lambda k, v, G, beta, T, dw, du, dk: delta_wy.wy_gradient(
+                    k, v, G, beta, lay.reads, lay.dd, T, dw, du, dk, **kw)), k, v, G, beta, inverse(k, G, beta), k, do,
+                    k.astype(jnp.float32))
                 t["delta_dqkwg"] = run(jit(lambda q, k, do, G, A, S: delta_rule.delta_dqkwg(
                     q, k, do, do, do, G, A, lay.reads, lay.writes, lay.keep, S, S, scale=1.0, **kw)),
-                    q, k, do, G, A, states.astype(jnp.bfloat16))
+                    q, k, do, G, A, states)
                 xla_wy = lambda k, v, G, beta: backend._delta_wy(k, v, G, beta, lay, C)
                 t["delta_wy (XLA)"] = run(jit(xla_wy), k, v, G, beta)
                 t["delta_wy vjp (XLA)"] = run(jit(lambda k, v, G, beta, dw, du: jax.vjp(xla_wy, k, v, G, beta)[1](

@@ -126,7 +126,7 @@ def delta_dqkwg(q, k, v_new, do, dv_new, g, dscores, reads, writes, keep, states
     with D = dscores exp(G_i - G_j), and the gradient of the in-chunk cumsum G,
       dG_t = sum_k (q dq - k dk)_tk, plus at the chunk's last token sum_tk (k dk)'s state part
              + exp(G_last) keep sum(S_n dS_n).
-    Returns (dq, dk fp32, dw in k's dtype, dG fp32 [B, Tp, H]). Programs split K into tiles; each writes
+    Returns (dq in q's dtype, dk fp32, dw in k's dtype, dG fp32 [B, Tp, H]). Programs split K into tiles; each writes
     its tile's share of dG, summed here.
     """
     b_, tp, heads, dk = q.shape
@@ -164,13 +164,14 @@ def delta_dqkwg(q, k, v_new, do, dv_new, g, dscores, reads, writes, keep, states
         D = (da_ref[b, h, rows, :] * masked_exp(G - G[:, 0][None, :], i[:, None] >= i[None, :])).astype(dtype)
         dq += dot(D, k_ref[b, rows, h, ks])
         dk_ += dot(D, q_ref[b, rows, h, ks], trans_a=True)
-        dq_ref[b, rows, h, ks] = dq
+        dq_ref[b, rows, h, ks] = dq.astype(dq_ref.dtype)
         dk_ref[b, rows, h, ks] = dk_
         dG = jnp.sum(qf * dq - kf * dk_, axis=1)
         dg_ref[kt, b, rows, h] = dG + jnp.where(i == chunk - 1, state_share, 0.0)
 
     grad = jax.ShapeDtypeStruct(q.shape, f32)
-    outs = (grad, grad, jax.ShapeDtypeStruct(k.shape, k.dtype), jax.ShapeDtypeStruct((n_k, b_, tp, heads), f32))
+    outs = (jax.ShapeDtypeStruct(q.shape, dtype), grad, jax.ShapeDtypeStruct(k.shape, k.dtype),
+            jax.ShapeDtypeStruct((n_k, b_, tp, heads), f32))
     dq, dk_, dw, dG = launch(kernel, outs, (n_k, tp // chunk, b_ * heads), interpret=interpret, name="delta_dqkwg")(
         q, k, v_new, do, dv_new, g, dscores, reads, writes, keep, states, dstates)
     return dq, dk_, dw, jnp.sum(dG, axis=0)

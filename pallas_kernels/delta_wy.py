@@ -162,10 +162,11 @@ def wy_apply(inverse, k, v, g, beta, reads, *, chunk, interpret):
         inverse, k, v, g, beta, reads)
 
 
-def wy_gradient(k, v, g, beta, reads, dd, inverse, dw, du, *, chunk, interpret):
+def wy_gradient(k, v, g, beta, reads, dd, inverse, dw, du, dk_rest, *, chunk, interpret):
     """The gradient of `wy_apply(wy_inverse(...), ...)` given T (`inverse`) and the cotangents dw [B, Tp, H, K]
-    and du [B, Tp, H, V] (in k's dtype): (dk fp32, dv in v's dtype, dbeta [B, Tp, H] fp32, dG [B, Tp, H] fp32,
-    the gradient w.r.t. the in-chunk cumsum G: the caller turns it into one w.r.t. the log gates).
+    and du [B, Tp, H, V] (in k's dtype): (dk + dk_rest in k's dtype, dv in v's dtype, dbeta [B, Tp, H] fp32,
+    dG [B, Tp, H] fp32, the gradient w.r.t. the in-chunk cumsum G: the caller turns it into one w.r.t. the log
+    gates). dk_rest [B, Tp, H, K] fp32: the keys' gradient from the rest of the op, added on chip.
 
     Passes over column tiles: V (dT += du Vb^T; dv = beta T^T du and its dbeta share), K (the gram K K^T,
     dT += dw Kb^T); then on [C, C]: dA, D = dA exp(G_i - G_j) (the gradient of beta_i (k_i . k_j)) and
@@ -176,8 +177,8 @@ def wy_gradient(k, v, g, beta, reads, dd, inverse, dw, du, *, chunk, interpret):
     dv = v.shape[-1]
     dtype = k.dtype
 
-    def kernel(k_ref, v_ref, g_ref, beta_ref, r_ref, dd_ref, t_ref, dw_ref, du_ref, dk_ref, dv_ref, dbeta_ref,
-               dg_ref):
+    def kernel(k_ref, v_ref, g_ref, beta_ref, r_ref, dd_ref, t_ref, dw_ref, du_ref, dkr_ref, dk_ref, dv_ref,
+               dbeta_ref, dg_ref):
         n, bh = pl.program_id(0), pl.program_id(1)
         b, h = bh // heads, bh % heads
         rows = pl.ds(n * chunk, chunk)
@@ -216,8 +217,8 @@ def wy_gradient(k, v, g, beta, reads, dd, inverse, dw, du, *, chunk, interpret):
         for cols in tiles(dk):
             k_t = load(k_ref, cols)
             dkb = dot(Tc, load(dw_ref, cols), trans_a=True)
-            dk_ref[b, rows, h, cols] = kfac[:, None] * dkb + beta_[:, None] * dot(Dc, k_t) + dot(bDc, k_t,
-                                                                                                 trans_a=True)
+            dk_ref[b, rows, h, cols] = (load(dkr_ref, cols) + kfac[:, None] * dkb + beta_[:, None] * dot(Dc, k_t)
+                                        + dot(bDc, k_t, trans_a=True)).astype(dk_ref.dtype)
             dkb_k = jnp.sum(dkb * k_t.astype(f32), axis=1)
             dbeta += s * dkb_k
             dG += kfac * dkb_k
@@ -226,12 +227,12 @@ def wy_gradient(k, v, g, beta, reads, dd, inverse, dw, du, *, chunk, interpret):
         dg_ref[b, rows, h] = dG
 
     gates = jax.ShapeDtypeStruct(g.shape, f32)
-    outs = (jax.ShapeDtypeStruct(k.shape, f32), jax.ShapeDtypeStruct(v.shape, v.dtype), gates, gates)
+    outs = (jax.ShapeDtypeStruct(k.shape, k.dtype), jax.ShapeDtypeStruct(v.shape, v.dtype), gates, gates)
     # half precision, 4 warps and 3 stages: 0.34 ms on the H200 (bf16, B=4, T=4096, H=6, K=256, V=512) against
     # 0.46 at 8 warps, although Triton 3.6 offline spills 1,080 bytes there against 80; fp32 keeps 8 warps
     wide = jnp.dtype(dtype).itemsize >= 4
     return launch(kernel, outs, (tp // chunk, b_ * heads), interpret=interpret, num_warps=8 if wide else 4,
-                  num_stages=2 if wide else 3, name="wy_gradient")(k, v, g, beta, reads, dd, inverse, dw, du)
+                  num_stages=2 if wide else 3, name="wy_gradient")(k, v, g, beta, reads, dd, inverse, dw, du, dk_rest)
 
 
 __all__ = ["wy_apply", "wy_gradient", "wy_inverse"]

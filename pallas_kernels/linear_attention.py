@@ -259,7 +259,7 @@ def chunk_dqk(q, k, v, do, g, reads, writes, keep, states, dstates, dscores, dia
     """Gradients of the GLA form (per-channel gates or none) with respect to q, k and (gated) g.
 
     states: the state entering each chunk; dstates: the gradient of the state leaving it
-    (both `[B, N, H, K, V]` fp32); dscores: `chunk_dscores` of (do, v); diagonal: `diagonal_dqk`'s
+    (both `[B, N, H, K, V]`, in q's dtype or fp32: the dots take them in q's dtype); dscores: `chunk_dscores` of (do, v); diagonal: `diagonal_dqk`'s
     (dq, dk) with per-channel gates, None without. Returns (dq, dk in q's dtype, dg fp32 or None);
     dg is the gradient of the raw log gates (the in-chunk reverse cumsum of dG).
     """
@@ -286,7 +286,7 @@ def chunk_dqk(q, k, v, do, g, reads, writes, keep, states, dstates, dscores, dia
             dq += dot(do_ref[b, rows, h, vs], S.astype(dtype), trans_b=True)
             dk_ += dot(v_ref[b, rows, h, vs], dS.astype(dtype), trans_b=True)
             if gate:
-                dgl += jnp.sum(S * dS, axis=1)
+                dgl += jnp.sum(S.astype(f32) * dS.astype(f32), axis=1)
             return dq, dk_, dgl
 
         zeros = lambda *shape: jnp.zeros(shape, f32)

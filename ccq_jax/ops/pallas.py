@@ -136,9 +136,9 @@ def _la_backward(q, k, v, G, h0, lay, scores, do, dfinal, scale, chunk, gate):
     recomputed; G: the gates' in-chunk cumsum."""
     interpret = _interpret()
     common = dict(chunk=chunk, gate=gate, interpret=interpret)
-    states, _ = la.chunk_states(k, v, G, lay.writes, lay.keep, h0, side="write", store=f32, **common)
+    states, _ = la.chunk_states(k, v, G, lay.writes, lay.keep, h0, side="write", store=q.dtype, **common)
     dstates, dh0 = la.chunk_states(q, do, G, lay.reads, lay.keep, dfinal, side="read", reverse=True, scale=scale,
-                                   store=f32, **common)
+                                   store=q.dtype, **common)
     dv = la.chunk_out(k, G, lay.writes, dstates, scores, do, side="write", transpose_scores=True, s_inter=1.0,
                       s_intra=scale, out_dtype=v.dtype, **common)
     dscores = la.chunk_dscores(do, v, lay.dd, chunk=chunk, scale=scale, interpret=interpret)
@@ -369,19 +369,18 @@ def _dr_bwd(scale, chunk, res, cts):
     states, v_new, _ = _delta_pass(k, G, w, u, h0, lay, chunk)
     scores = la.intra_scores(q, k, G, lay.dd, chunk=chunk, gate="head", interpret=interpret)
     dv_local = la.chunk_out(k, None, None, None, scores, do, chunk=chunk, gate=None, side="write",
-                            transpose_scores=True, s_inter=0.0, s_intra=scale, out_dtype=f32, interpret=interpret)
+                            transpose_scores=True, s_inter=0.0, s_intra=scale, out_dtype=q.dtype, interpret=interpret)
     dstates, dv_new, dh0 = delta_rule.delta_dstates(q, k, w, do, dv_local, G, lay.reads, lay.writes, lay.keep,
                                                     dfinal, chunk=chunk, scale=scale, store=q.dtype,
                                                     interpret=interpret)
     dscores = la.chunk_dscores(do, v_new, lay.dd, chunk=chunk, scale=scale, interpret=interpret)
     dq, dk, dw, dG = delta_rule.delta_dqkwg(q, k, v_new, do, dv_new, G, dscores, lay.reads, lay.writes, lay.keep,
                                             states, dstates, chunk=chunk, scale=scale, interpret=interpret)
-    # w and u's share in one Pallas kernel, given the chunks' T
-    dk_wy, dv, dbeta, dG_wy = delta_wy.wy_gradient(k, v, G, beta, lay.reads, lay.dd, inverse, dw,
-                                                   dv_new.astype(k.dtype), chunk=chunk, interpret=interpret)
+    # w and u's share in one Pallas kernel, given the chunks' T (it adds dk's other share)
+    dk, dv, dbeta, dG_wy = delta_wy.wy_gradient(k, v, G, beta, lay.reads, lay.dd, inverse, dw,
+                                                dv_new.astype(k.dtype), dk, chunk=chunk, interpret=interpret)
     (dg,) = cumsum_vjp(dG + dG_wy)
-    return (dq.astype(q.dtype), (dk + dk_wy).astype(k.dtype), dv.astype(v.dtype), dg.astype(g.dtype),
-            dbeta.astype(beta.dtype), dh0, None)
+    return dq, dk, dv.astype(v.dtype), dg.astype(g.dtype), dbeta.astype(beta.dtype), dh0, None
 
 
 _delta_rule.defvjp(_dr_fwd, _dr_bwd)

@@ -52,7 +52,7 @@ def test_matches_the_vjp_of_the_xla_form(chunk, dtype, tol, gate_tol):
         q_read=scale * with_states(do, S), scores=dscores, k_end=with_states(v_new, dS),
         decay=jnp.sum(up(S) * up(dS), axis=(-2, -1))))
     want_dw = -with_states(dv_new, S)
-    assert [x.dtype for x in got] == [jnp.float32, jnp.float32, dtype, jnp.float32]
+    assert [x.dtype for x in got] == [dtype, jnp.float32, dtype, jnp.float32]
     errors = [rel_rms(a, b) for a, b in zip(got, (want_dq, want_dk, want_dw, want_dG))]
     print("dq, dk, dw, dG relative RMS:", ", ".join(f"{e:.2e}" for e in errors))
     assert max(errors[:3]) < tol
