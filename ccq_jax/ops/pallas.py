@@ -151,8 +151,7 @@ def _la_backward(q, k, v, G, h0, lay, scores, do, dfinal, scale, chunk, gate):
 def _la_bwd(scale, chunk, gate, out_dtype, res, cts):
     q, k, v, G, h0, lay, scores = _recompute_from(res)
     do, dfinal = cts
-    dq, dk, dv, dg, dh0 = _la_backward(q, k, v, G, h0, lay, scores, do.astype(q.dtype), dfinal, scale, chunk, gate)
-    return dq.astype(q.dtype), dk.astype(k.dtype), dv, dg, dh0, None
+    return (*_la_backward(q, k, v, G, h0, lay, scores, do.astype(q.dtype), dfinal, scale, chunk, gate), None)
 
 
 _linear_attention.defvjp(_la_fwd, _la_bwd)
@@ -198,10 +197,12 @@ def _key_totals(kh, lay, chunk):
 
 
 def _chunk_keep(lay, chunk):
+    """[B, N]: 1 where no document starts inside the chunk (what entered it leaves it)."""
     return lay.keep.reshape(lay.keep.shape[0], -1, chunk)[..., 0]
 
 
 def _ccq_keys_in(k, normalize, dtype):
+    """The keys k^ of the CCQ statistics (normalised in fp32), in the dtype the kernels take."""
     return ccq_keys(k, normalize).astype(dtype)
 
 
@@ -232,9 +233,10 @@ def _ccq_read_bwd(chunk, centered, normalize, res, cts):
         centered=centered, interpret=interpret)
     keep = _chunk_keep(lay, chunk)
     scan = lambda totals, init: _key_scan(totals, init, keep)
-    shapes = ((dsum_in, dcount_in), (dfinal_sum, dfinal_count))
-    (dtotals, _), (dsum0, dcount0) = jax.linear_transpose(scan, *shapes)(((dsum_in, dcount_in),
-                                                                           (dfinal_sum, dfinal_count)))
+    # the scan is linear: its transpose takes the gradients of (entering, final) to those of (totals, init),
+    # which have the same shapes
+    cotangents = ((dsum_in, dcount_in), (dfinal_sum, dfinal_count))
+    (dtotals, _), (dsum0, dcount0) = jax.linear_transpose(scan, *cotangents)(cotangents)
     dq_cov, dk_cov, dv_cov, _, dcov0 = _la_backward(q, kh, kh, None, cov0, lay, scores, dc, dcov_t, 1.0, chunk,
                                                     None)
     dk = ccq_read.key_grad(k, (dk_cov, dv_cov), dm, dtotals, lay.writes, lay.dd, chunk=chunk,
