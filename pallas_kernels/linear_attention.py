@@ -258,9 +258,9 @@ def chunk_dqk(q, k, v, do, g, reads, writes, keep, states, dstates, dscores, dia
               interpret):
     """Gradients of the GLA form (per-channel gates or none) with respect to q, k and (gated) g.
 
-    states: the state entering each chunk; dstates: the gradient of the state leaving it
-    (both `[B, N, H, K, V]`, in q's dtype or fp32: the dots take them in q's dtype); dscores: `chunk_dscores` of (do, v); diagonal: `diagonal_dqk`'s
-    (dq, dk) with per-channel gates, None without. Returns (dq, dk in q's dtype, dg fp32 or None);
+    states: the state entering each chunk; dstates: the gradient of the state leaving it (both
+    `[B, N, H, K, V]`, in q's dtype or fp32: the dots take them in q's dtype); dscores: `chunk_dscores`
+    of (do, v); diagonal: `diagonal_dqk`'s (dq, dk) with per-channel gates, None without. Returns (dq, dk in q's dtype, dg fp32 or None);
     dg is the gradient of the raw log gates (the in-chunk reverse cumsum of dG).
     """
     b_, tp, heads, dk = q.shape

@@ -172,8 +172,8 @@ def _backbone_inputs(q, k, v, initial_state, chunk_size):
 def gla(q, k, v, g, *, scale, initial_state, docs, chunk_size=64):
     """Chunked GLA in Pallas; see `ccq_jax.ops.gla`."""
     chunk, tp, kp, qkv, h0, undo = _backbone_inputs(q, k, v, initial_state, chunk_size)
-    return undo(*_linear_attention(*qkv, _pad(g.astype(f32), tp, kp), h0, _layout(docs, chunk), scale, chunk, "channel",
-                                   v.dtype))
+    return undo(*_linear_attention(*qkv, _pad(g.astype(f32), tp, kp), h0, _layout(docs, chunk), scale, chunk,
+                                   "channel", v.dtype))
 
 
 # ---- the CCQ read -----------------------------------------------------------------------------------
@@ -207,6 +207,8 @@ def _ccq_keys_in(k, normalize, dtype):
 
 
 def _ccq_read_forward(q, k, lam, cov0, sum0, count0, lay, chunk, centered, normalize):
+    """(outputs, residuals): the backward keeps C q (fp32) and the sums entering each chunk, and recomputes
+    the keys and the covariance's states."""
     interpret = _interpret()
     kh = _ccq_keys_in(k, normalize, q.dtype)
     (sum_in, count_in), final = _key_scan(_key_totals(kh, lay, chunk), (sum0, count0), _chunk_keep(lay, chunk))
