@@ -74,6 +74,7 @@ def clean_query(q, kh, cov_q, lam, reads, dd, key_sum_in, count_in, *, chunk, ce
     """q_clean [B, Tp, H, K] in q's dtype from q, the keys k^, c = C q (fp32), lam [B, Tp, H] and the key sums
     and counts entering each chunk (fp32 [B, N, H, K] and [B, N, H])."""
     b_, tp, heads, dk = q.shape
+    rows = min(rows, chunk)  # a program's tokens lie in one chunk
 
     def kernel(q_ref, kh_ref, c_ref, lam_ref, r_ref, dd_ref, ms_ref, mc_ref, out_ref):
         at = _place(heads, rows, chunk)
@@ -96,6 +97,7 @@ def clean_query_grad(dqc, q, kh, cov_q, lam, reads, dd, key_sum_in, count_in, *,
     (dq fp32, dc in q's dtype, dlam fp32 [B, Tp, H], dm fp32 (None without centering), and the gradients of
     the sums and counts entering each chunk, fp32 [B, N, H, K] and [B, N, H])."""
     b_, tp, heads, dk = q.shape
+    rows = min(rows, chunk)
     blocks = tp // rows
 
     def kernel(g_ref, q_ref, kh_ref, c_ref, lam_ref, r_ref, dd_ref, ms_ref, mc_ref, dq_ref, dc_ref, dlam_ref,
@@ -141,6 +143,7 @@ def key_grad(k, dkh_parts, dm, dtotals, writes, dd, *, chunk, eps, interpret, ro
     `dtotals` [B, N, H, K] (fp32): dk^ = sum(parts) + (the sum of dm over the later tokens of the same document
     in the chunk) + writes dtotals_n, then through k^ = k / sqrt(||k||^2 + eps) (eps None: not normalised)."""
     b_, tp, heads, dk = k.shape
+    rows = min(rows, chunk)
     key_dtype = k.dtype
     n_parts = len(dkh_parts)
 
