@@ -22,7 +22,7 @@ import os
 import statistics
 import time
 
-os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # torch and JAX share the GPU
+os.environ.setdefault("XLA_PYTHON_CLIENchunks_TPREALLOCATE", "false")  # torch and JAX share the GPU
 
 import numpy as np  # noqa: E402
 
@@ -169,7 +169,6 @@ def breakdown(B, T, reps, configs, families):
         return lambda *args, **kw: own_launch(*args, **{**kw, **chosen})
 
     C = 64
-    bf = lambda a: jnp.asarray(a, jnp.bfloat16)
     jit = jax.jit
     rows = []
     own_block, own_launch = la.block, _tiles.launch
@@ -180,7 +179,7 @@ def breakdown(B, T, reps, configs, families):
             mod.launch = launch_with(warps, stages)
         for family in families:
             x = _inputs(family, B, T)
-            q, k, v, do = bf(x["q"]), bf(x["k"]), bf(x["v"]), bf(x["do"])
+            q, k, v, _, beta, lam, do = ours_args(x, grad=True)  # beta: the gated delta rule's (GLA: unused)
             lay = backend._layout(jnp.zeros((B, T), jnp.int32), C)
             gate = "channel" if family == "gla" else "head"
             G = backend._chunk_cumsum(jnp.asarray(x["g"]), C)
@@ -217,13 +216,13 @@ def breakdown(B, T, reps, configs, families):
                     q, k, k, do, do.astype(jnp.float32), G, lay.reads, lay.writes, lay.keep, h0, scale=1.0,
                     store=jnp.bfloat16, **kw)),
                     q, k, do, G)
-                beta = jnp.asarray(x["beta"])
                 inverse = jit(lambda k, G, beta: delta_wy.wy_inverse(k, G, beta, lay.dd, **kw))
                 t["wy_inverse"] = run(inverse, k, G, beta)
+                chunks_T = inverse(k, G, beta)
                 t["wy_apply"] = run(jit(lambda T, k, v, G, beta: delta_wy.wy_apply(
-                    T, k, v, G, beta, lay.reads, **kw)), inverse(k, G, beta), k, v, G, beta)
+                    T, k, v, G, beta, lay.reads, **kw)), chunks_T, k, v, G, beta)
                 t["wy_gradient"] = run(jit(lambda k, v, G, beta, T, dw, du, dk: delta_wy.wy_gradient(
-                    k, v, G, beta, lay.reads, lay.dd, T, dw, du, dk, **kw)), k, v, G, beta, inverse(k, G, beta), k, do,
+                    k, v, G, beta, lay.reads, lay.dd, T, dw, du, dk, **kw)), k, v, G, beta, chunks_T, k, do,
                     k.astype(jnp.float32))
                 t["delta_dqkwg"] = run(jit(lambda q, k, do, G, A, S: delta_rule.delta_dqkwg(
                     q, k, do, do, do, G, A, lay.reads, lay.writes, lay.keep, S, S, scale=1.0, **kw)),
@@ -232,7 +231,7 @@ def breakdown(B, T, reps, configs, families):
                 t["delta_wy (XLA)"] = run(jit(xla_wy), k, v, G, beta)
                 t["delta_wy vjp (XLA)"] = run(jit(lambda k, v, G, beta, dw, du: jax.vjp(xla_wy, k, v, G, beta)[1](
                     (dw.astype(jnp.float32), du.astype(jnp.float32)))), k, v, G, beta, k, do)
-            lam, c = jnp.asarray(x["lam"]), q.astype(jnp.float32)  # the CCQ read's ends, 16 or 32 rows a program
+            c = q.astype(jnp.float32)  # the CCQ read's ends, 16 or 32 rows a program
             sums, counts = jnp.zeros((B, T // C, H, K), jnp.float32), jnp.ones((B, T // C, H), jnp.float32)
             for n_rows in (16, 32):
                 ccq_kw = dict(kw, rows=n_rows)

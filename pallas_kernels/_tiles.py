@@ -39,6 +39,32 @@ def dot(a, b, *, trans_a=False, trans_b=False):
     return jax.lax.dot_general(a, b, dims, precision=precision, preferred_element_type=jnp.float32)
 
 
+def fp32_dot(a, b, dtype, **kw):
+    """a b to about fp32 accuracy for fp32 operands; dtype: the inputs' dtype. fp32 inputs: IEEE. Half-precision
+    inputs: each fp32 operand as bf16 hi + lo parts on the tensor cores (an operand already in half precision is
+    exact as it is), all products but lo x lo: about 2^-16 relative, far below those inputs' rounding, where Triton
+    runs IEEE fp32 dots on FMAs with whole operand rows in registers (1,892 bytes of spills in `wy_gradient`).
+    The lo parts are formed after the first product (fewer spills offline than forming them first)."""
+    if dtype == jnp.float32:
+        return dot(a, b, **kw)
+
+    split = lambda x: x.dtype == jnp.float32
+    high = lambda x: x.astype(jnp.bfloat16) if split(x) else x
+    low = lambda x: (x - high(x).astype(jnp.float32)).astype(jnp.bfloat16)
+    out = dot(high(a), high(b), **kw)
+    if split(b):
+        out += dot(high(a), low(b), **kw)
+    if split(a):
+        out += dot(low(a), high(b), **kw)
+    return out
+
+
+def batch_head(axis, heads):
+    """(batch row, head) of a program whose grid axis `axis` runs over B * H."""
+    bh = pl.program_id(axis)
+    return bh // heads, bh % heads
+
+
 def masked_exp(x, mask):
     """exp(x) where mask, 0 elsewhere (the exponent is masked first, so nothing overflows)."""
     return jnp.exp(jnp.where(mask, x, -jnp.inf))

@@ -25,7 +25,7 @@ import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
-from pallas_kernels._tiles import dot, iota, launch, tile
+from pallas_kernels._tiles import batch_head, dot, fp32_dot, iota, launch, tile
 
 f32 = jnp.float32
 
@@ -42,11 +42,17 @@ class _Place(NamedTuple):
     offset: jax.Array
 
 
+def _grid(rows, chunk, q_shape):
+    """(tokens a program takes: `rows`, at most a chunk's, so that they lie in one chunk; the grid)."""
+    b_, tp, heads = q_shape[:3]
+    rows = min(rows, chunk)
+    return rows, (tp // rows, b_ * heads)
+
+
 def _place(heads, rows, chunk):
-    r, bh = pl.program_id(0), pl.program_id(1)
-    r0 = r * rows
+    r0 = pl.program_id(0) * rows
     n = r0 // chunk
-    return _Place(bh // heads, bh % heads, n, pl.ds(r0, rows), pl.ds(n * chunk, chunk), r0 - n * chunk)
+    return _Place(*batch_head(1, heads), n, pl.ds(r0, rows), pl.ds(n * chunk, chunk), r0 - n * chunk)
 
 
 def _pairs(dd_ref, at, rows, chunk, later):
@@ -73,8 +79,8 @@ def _running(kh_ref, r_ref, dd_ref, ms_ref, mc_ref, at, rows, chunk, centered):
 def clean_query(q, kh, cov_q, lam, reads, dd, key_sum_in, count_in, *, chunk, centered, interpret, rows=16):
     """q_clean [B, Tp, H, K] in q's dtype from q, the keys k^, c = C q (fp32), lam [B, Tp, H] and the key sums
     and counts entering each chunk (fp32 [B, N, H, K] and [B, N, H])."""
-    b_, tp, heads, dk = q.shape
-    rows = min(rows, chunk)  # a program's tokens lie in one chunk
+    heads, dk = q.shape[2:]
+    rows, grid = _grid(rows, chunk, q.shape)
 
     def kernel(q_ref, kh_ref, c_ref, lam_ref, r_ref, dd_ref, ms_ref, mc_ref, out_ref):
         at = _place(heads, rows, chunk)
@@ -87,8 +93,8 @@ def clean_query(q, kh, cov_q, lam, reads, dd, key_sum_in, count_in, *, chunk, ce
             s -= mu * jnp.sum(mu * qf, axis=1, keepdims=True)
         out_ref[b, tokens, h, full] = (qf - lam_ref[b, tokens, h].astype(f32)[:, None] * s).astype(out_ref.dtype)
 
-    return launch(kernel, jax.ShapeDtypeStruct(q.shape, q.dtype), (tp // rows, b_ * heads), interpret=interpret,
-                  name="clean_query")(q, kh, cov_q, lam, reads, dd, key_sum_in, count_in)
+    return launch(kernel, jax.ShapeDtypeStruct(q.shape, q.dtype), grid, interpret=interpret, name="clean_query")(
+        q, kh, cov_q, lam, reads, dd, key_sum_in, count_in)
 
 
 def clean_query_grad(dqc, q, kh, cov_q, lam, reads, dd, key_sum_in, count_in, *, chunk, centered, interpret,
@@ -97,11 +103,10 @@ def clean_query_grad(dqc, q, kh, cov_q, lam, reads, dd, key_sum_in, count_in, *,
     (dq fp32, dc in q's dtype, dlam fp32 [B, Tp, H], dm fp32 (None without centering), and the gradients of
     the sums and counts entering each chunk, fp32 [B, N, H, K] and [B, N, H])."""
     b_, tp, heads, dk = q.shape
-    rows = min(rows, chunk)
-    blocks = tp // rows
+    rows, grid = _grid(rows, chunk, q.shape)
 
     def kernel(g_ref, q_ref, kh_ref, c_ref, lam_ref, r_ref, dd_ref, ms_ref, mc_ref, dq_ref, dc_ref, dlam_ref,
-               dms_ref, dmc_ref, *dm_ref):
+               dmc_ref, *centered_refs):
         at = _place(heads, rows, chunk)
         b, h, tokens = at.b, at.h, at.tokens
         block_id = pl.ds(pl.program_id(0), 1)
@@ -122,19 +127,22 @@ def clean_query_grad(dqc, q, kh, cov_q, lam, reads, dd, key_sum_in, count_in, *,
         dmc_ref[b, block_id, h] = jnp.sum(reads * lam_t * (e_n - 2 * a * b_dot) / count, keepdims=True)
         dq_ref[b, tokens, h, full] = g + (lam_t * b_dot)[:, None] * mu
         dm = (lam_t / count)[:, None] * (g * a[:, None] + qf * b_dot[:, None])
-        dm_ref[0][b, tokens, h, full] = dm
+        dm_ref, dms_ref = centered_refs
+        dm_ref[b, tokens, h, full] = dm
         dms_ref[b, block_id, h, full] = jnp.sum(reads[:, None] * dm, axis=0, keepdims=True)
 
     grad = jax.ShapeDtypeStruct(q.shape, f32)
     outs = [grad, jax.ShapeDtypeStruct(q.shape, q.dtype), jax.ShapeDtypeStruct(lam.shape, f32),
-            jax.ShapeDtypeStruct((b_, blocks, heads, dk), f32), jax.ShapeDtypeStruct((b_, blocks, heads), f32)]
-    outs += [grad] if centered else []
-    dq, dc, dlam, dms, dmc, *dm = launch(kernel, tuple(outs), (blocks, b_ * heads), interpret=interpret,
-                                         name="clean_query_grad")(dqc, q, kh, cov_q, lam, reads, dd, key_sum_in,
-                                                                  count_in)
+            jax.ShapeDtypeStruct((b_, grid[0], heads), f32)]
+    outs += [grad, jax.ShapeDtypeStruct((b_, grid[0], heads, dk), f32)] if centered else []
+    dq, dc, dlam, dmc, *centered_outs = launch(kernel, tuple(outs), grid, interpret=interpret,
+                                               name="clean_query_grad")(dqc, q, kh, cov_q, lam, reads, dd,
+                                                                        key_sum_in, count_in)
     per_chunk = lambda x: jnp.sum(x.reshape(b_, tp // chunk, chunk // rows, *x.shape[2:]), axis=2)
-    dms = per_chunk(dms) if centered else jnp.zeros(key_sum_in.shape, f32)
-    return dq, dc, dlam, (dm[0] if centered else None), dms, per_chunk(dmc)
+    if not centered:
+        return dq, dc, dlam, None, jnp.zeros(key_sum_in.shape, f32), per_chunk(dmc)
+    dm, dms = centered_outs
+    return dq, dc, dlam, dm, per_chunk(dms), per_chunk(dmc)
 
 
 def key_grad(k, dkh_parts, dm, dtotals, writes, dd, *, chunk, eps, interpret, rows=32):
@@ -142,19 +150,9 @@ def key_grad(k, dkh_parts, dm, dtotals, writes, dd, *, chunk, eps, interpret, ro
     covariance's linear attention), dm (None: no key-sum term) and the gradients of the chunks' key totals
     `dtotals` [B, N, H, K] (fp32): dk^ = sum(parts) + (the sum of dm over the later tokens of the same document
     in the chunk) + writes dtotals_n, then through k^ = k / sqrt(||k||^2 + eps) (eps None: not normalised)."""
-    b_, tp, heads, dk = k.shape
-    rows = min(rows, chunk)
-    key_dtype = k.dtype
+    heads, dk = k.shape[2:]
+    rows, grid = _grid(rows, chunk, k.shape)
     n_parts = len(dkh_parts)
-
-    def later_sum(pairs, d):
-        """pairs [rows, C] @ d [C, K] for fp32 d: a product in the keys' half precision as a (high, low) pair
-        (two tensor-core products, exact to about 2^-16 relative), IEEE fp32 when the keys are fp32."""
-        if key_dtype == f32:
-            return dot(pairs.astype(f32), d)
-        high = d.astype(key_dtype)
-        p = pairs.astype(key_dtype)
-        return dot(p, high) + dot(p, (d - high.astype(f32)).astype(key_dtype))
 
     def kernel(k_ref, *refs):
         parts, (w_ref, dd_ref, dt_ref, *rest) = refs[:n_parts], refs[n_parts:]
@@ -166,8 +164,8 @@ def key_grad(k, dkh_parts, dm, dtotals, writes, dd, *, chunk, eps, interpret, ro
         for p in parts:
             d += tile(p, b, tokens, h, full)
         if dm_ref is not None:
-            later = _pairs(dd_ref, at, rows, chunk, later=True)
-            d += later_sum(later, dm_ref[b, at.chunk_tokens, h, full])
+            later = _pairs(dd_ref, at, rows, chunk, later=True).astype(k.dtype)  # 0/1: exact in any dtype
+            d += fp32_dot(later, dm_ref[b, at.chunk_tokens, h, full], k.dtype)
         if eps is not None:
             kf = tile(k_ref, b, tokens, h, full)
             r = jax.lax.rsqrt(jnp.sum(kf * kf, axis=1, keepdims=True) + eps)
@@ -175,5 +173,4 @@ def key_grad(k, dkh_parts, dm, dtotals, writes, dd, *, chunk, eps, interpret, ro
         out_ref[b, tokens, h, full] = d.astype(out_ref.dtype)
 
     args = [k, *dkh_parts, writes, dd, dtotals] + ([dm] if dm is not None else [])
-    return launch(kernel, jax.ShapeDtypeStruct(k.shape, k.dtype), (tp // rows, b_ * heads), interpret=interpret,
-                  name="key_grad")(*args)
+    return launch(kernel, jax.ShapeDtypeStruct(k.shape, k.dtype), grid, interpret=interpret, name="key_grad")(*args)

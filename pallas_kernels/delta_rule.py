@@ -18,8 +18,8 @@ import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
-from pallas_kernels._tiles import (chunk_decay, dot, from_start, gate_row, gate_tile, iota, launch, masked_exp, tile,
-                                   to_end)
+from pallas_kernels._tiles import (batch_head, chunk_decay, dot, from_start, gate_row, gate_tile, iota, launch,
+                                   masked_exp, tile, to_end)
 from pallas_kernels.linear_attention import block
 
 f32 = jnp.float32
@@ -47,7 +47,7 @@ def delta_states(w, u, k, g, writes, keep, h0, *, chunk, store, interpret):
 
     def kernel(w_ref, u_ref, k_ref, g_ref, m_ref, keep_ref, h0_ref, hs_ref, vn_ref, ht_ref):
         vt = pl.program_id(0)
-        b, h = pl.program_id(1) // heads, pl.program_id(1) % heads
+        b, h = batch_head(1, heads)
         vs = pl.ds(vt * bv, bv)
 
         def step(n, S):
@@ -87,7 +87,7 @@ def delta_dstates(q, k, w, do, dv_local, g, reads, writes, keep, dfinal, *, chun
 
     def kernel(q_ref, k_ref, w_ref, do_ref, dvl_ref, g_ref, r_ref, m_ref, keep_ref, df_ref, dh_ref, dvn_ref, dh0_ref):
         vt = pl.program_id(0)
-        b, h = pl.program_id(1) // heads, pl.program_id(1) % heads
+        b, h = batch_head(1, heads)
         vs = pl.ds(vt * bv, bv)
 
         def step(i, dS):
@@ -138,7 +138,7 @@ def delta_dqkwg(q, k, v_new, do, dv_new, g, dscores, reads, writes, keep, states
     def kernel(q_ref, k_ref, vn_ref, do_ref, dvn_ref, g_ref, da_ref, r_ref, w_ref, keep_ref, hs_ref, dh_ref,
                dq_ref, dk_ref, dw_ref, dg_ref):
         kt, n = pl.program_id(0), pl.program_id(1)
-        b, h = pl.program_id(2) // heads, pl.program_id(2) % heads
+        b, h = batch_head(2, heads)
         t0 = n * chunk
         rows, ks = pl.ds(t0, chunk), pl.ds(kt * bk, bk)
 

@@ -30,7 +30,7 @@ import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
-from pallas_kernels._tiles import SUB, dot, iota, launch, masked_exp
+from pallas_kernels._tiles import SUB, batch_head, dot, fp32_dot, iota, launch, masked_exp
 from pallas_kernels.linear_attention import block
 
 f32 = jnp.float32
@@ -92,17 +92,6 @@ class _Chunk:
                         self.blocks)
 
 
-def _fp32_dot(a, b, dtype, **kw):
-    """a b of fp32 [C, C] tiles. fp32 inputs: IEEE. Half-precision inputs: bf16 hi + lo parts on the tensor
-    cores, a_hi b_hi + a_hi b_lo + a_lo b_hi (about 2^-16 relative, far below those inputs' rounding), since
-    Triton runs IEEE fp32 dots on FMAs with whole operand rows in registers (1,892 bytes of spills here)."""
-    if dtype == f32:
-        return dot(a, b, **kw)
-    split = lambda x: (x.astype(jnp.bfloat16), (x - x.astype(jnp.bfloat16).astype(f32)).astype(jnp.bfloat16))
-    (a_hi, a_lo), (b_hi, b_lo) = split(a), split(b)
-    return dot(a_hi, b_hi, **kw) + dot(a_hi, b_lo, **kw) + dot(a_lo, b_hi, **kw)
-
-
 def _column_tiles(width, cap):
     """The column slices of a feature axis (width: a power of two >= 16), `cap` wide at most."""
     bd = block(width, cap)
@@ -115,8 +104,7 @@ def wy_inverse(k, g, beta, dd, *, chunk, interpret):
     b_, tp, heads, dk = k.shape
 
     def kernel(k_ref, g_ref, beta_ref, dd_ref, t_ref):
-        n, bh = pl.program_id(0), pl.program_id(1)
-        b, h = bh // heads, bh % heads
+        n, (b, h) = pl.program_id(0), batch_head(1, heads)
         c = _Chunk(g_ref, beta_ref, dd_ref, b, h, n, chunk)
         keys = [k_ref[b, c.rows(i), h, pl.ds(0, dk)] for i in range(c.blocks)]
         T = c.inverse({(i, j): dot(keys[i], keys[j], trans_b=True) for i, j in c.lower()})
@@ -136,8 +124,7 @@ def wy_apply(inverse, k, v, g, beta, reads, *, chunk, interpret):
     dtype = k.dtype
 
     def kernel(t_ref, k_ref, v_ref, g_ref, beta_ref, r_ref, w_ref, u_ref):
-        n, bh = pl.program_id(0), pl.program_id(1)
-        b, h = bh // heads, bh % heads
+        n, (b, h) = pl.program_id(0), batch_head(1, heads)
         rows = pl.ds(n * chunk, chunk)
         T = t_ref[b, rows, h, pl.ds(0, chunk)].astype(dtype)
         beta_ = beta_ref[b, rows, h].astype(f32)
@@ -179,8 +166,7 @@ def wy_gradient(k, v, g, beta, reads, dd, inverse, dw, du, dk_rest, *, chunk, in
 
     def kernel(k_ref, v_ref, g_ref, beta_ref, r_ref, dd_ref, t_ref, dw_ref, du_ref, dkr_ref, dk_ref, dv_ref,
                dbeta_ref, dg_ref):
-        n, bh = pl.program_id(0), pl.program_id(1)
-        b, h = bh // heads, bh % heads
+        n, (b, h) = pl.program_id(0), batch_head(1, heads)
         rows = pl.ds(n * chunk, chunk)
         load = lambda ref, cols: ref[b, rows, h, cols]
         cast = lambda x: x.astype(dtype)  # fp32 [C, C] operands of the products with loaded tiles
@@ -208,7 +194,7 @@ def wy_gradient(k, v, g, beta, reads, dd, inverse, dw, du, dk_rest, *, chunk, in
         i = iota(chunk)
         support = (i[:, None] > i[None, :]) & (doc[:, None] == doc[None, :])
         # D = dA exp(G_i - G_j) with dA = -T^T dT T^T; the decay vanishes off A's support, which masks dA
-        dA = -_fp32_dot(T, _fp32_dot(dT, T, dtype, trans_b=True), dtype, trans_a=True)
+        dA = -fp32_dot(T, fp32_dot(dT, T, dtype, trans_b=True), dtype, trans_a=True)
         D = dA * masked_exp(G[:, None] - G[None, :], support)
         M = D * beta_[:, None] * gram
         dbeta += jnp.sum(D * gram, axis=1)
@@ -230,7 +216,8 @@ def wy_gradient(k, v, g, beta, reads, dd, inverse, dw, du, dk_rest, *, chunk, in
     outs = (jax.ShapeDtypeStruct(k.shape, k.dtype), jax.ShapeDtypeStruct(v.shape, v.dtype), gates, gates)
     # half precision, 4 warps and 3 stages: 0.34 ms on the H200 (bf16, B=4, T=4096, H=6, K=256, V=512) against
     # 0.46 at 8 warps, although Triton 3.6 offline spills 1,080 bytes there against 80 (0.41 ms and 1,376 bytes
-    # since it also adds dk_rest, which saves two XLA passes over dk); fp32 keeps 8 warps
+    # since it also adds dk_rest, which saves two XLA passes over dk; 956 bytes with `fp32_dot` forming the lo
+    # parts late, not yet timed); fp32 keeps 8 warps
     wide = jnp.dtype(dtype).itemsize >= 4
     return launch(kernel, outs, (tp // chunk, b_ * heads), interpret=interpret, num_warps=8 if wide else 4,
                   num_stages=2 if wide else 3, name="wy_gradient")(k, v, g, beta, reads, dd, inverse, dw, du, dk_rest)

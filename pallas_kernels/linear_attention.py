@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
-from pallas_kernels._tiles import (SUB, chunk_decay, dot, from_start, gate_row, gate_tile, iota, launch,
+from pallas_kernels._tiles import (SUB, batch_head, chunk_decay, dot, from_start, gate_row, gate_tile, iota, launch,
                                    masked_exp, same_doc_causal, tile, to_end)
 
 f32 = jnp.float32
@@ -33,11 +33,6 @@ f32 = jnp.float32
 def block(d, cap=64):
     """Tile width along a feature axis (d is a power of two >= 16)."""
     return min(d, cap)
-
-
-def _bh(axis, heads):
-    bh = pl.program_id(axis)
-    return bh // heads, bh % heads
 
 
 def _split_gate(refs, gate):
@@ -54,7 +49,7 @@ def intra_scores(q, k, g, dd, *, chunk, gate, interpret):
     def kernel(q_ref, k_ref, *refs):
         g_ref, (dd_ref, a_ref) = _split_gate(refs, gate)
         n = pl.program_id(0)
-        b, h = _bh(1, heads)
+        b, h = batch_head(1, heads)
         t0 = n * chunk
         rows = pl.ds(t0, chunk)
         i = iota(chunk)
@@ -98,7 +93,7 @@ def diagonal_scores(q, k, g, dd, scores, *, chunk, interpret):
 
     def kernel(q_ref, k_ref, g_ref, dd_ref, _, a_ref):
         s = pl.program_id(0)
-        b, h = _bh(1, heads)
+        b, h = batch_head(1, heads)
         rows = pl.ds(s * SUB, SUB)
         i = iota(SUB)
         kss = [pl.ds(kt * bk, bk) for kt in range(dk // bk)]
@@ -147,7 +142,7 @@ def chunk_states(x, y, g, mask, keep, h0, *, chunk, gate, side, reverse=False, s
         hs_ref = outs.pop(0) if store else None
         (ht_ref,) = outs
         kt, vt = pl.program_id(0), pl.program_id(1)
-        b, h = _bh(2, heads)
+        b, h = batch_head(2, heads)
         ks, vs = pl.ds(kt * bk, bk), pl.ds(vt * bv, bv)
 
         chunk_at = lambda i: jnp.maximum(n_chunks - 1 - i, 0) if reverse else jnp.minimum(i, n_chunks - 1)
@@ -199,7 +194,7 @@ def chunk_out(x, g, mask, states, scores, y, *, chunk, gate, side, transpose_sco
             g_ref, (m_ref, hs_ref, *refs) = _split_gate(refs, gate)
         a_ref, y_ref, o_ref = refs
         vt, n = pl.program_id(0), pl.program_id(1)
-        b, h = _bh(2, heads)
+        b, h = batch_head(2, heads)
         t0 = n * chunk
         rows, vs = pl.ds(t0, chunk), pl.ds(vt * bv, bv)
         out = s_intra * dot(a_ref[b, h, rows, :].astype(y_ref.dtype), y_ref[b, rows, h, vs],
@@ -240,7 +235,7 @@ def chunk_dscores(do, y, dd, *, chunk, scale, interpret):
 
     def kernel(do_ref, y_ref, dd_ref, da_ref):
         n = pl.program_id(0)
-        b, h = _bh(1, heads)
+        b, h = batch_head(1, heads)
         rows = pl.ds(n * chunk, chunk)
 
         def v_step(vt, acc):
@@ -260,8 +255,8 @@ def chunk_dqk(q, k, v, do, g, reads, writes, keep, states, dstates, dscores, dia
 
     states: the state entering each chunk; dstates: the gradient of the state leaving it (both
     `[B, N, H, K, V]`, in q's dtype or fp32: the dots take them in q's dtype); dscores: `chunk_dscores`
-    of (do, v); diagonal: `diagonal_dqk`'s (dq, dk) with per-channel gates, None without. Returns (dq, dk in q's dtype, dg fp32 or None);
-    dg is the gradient of the raw log gates (the in-chunk reverse cumsum of dG).
+    of (do, v); diagonal: `diagonal_dqk`'s (dq, dk) with per-channel gates, None without. Returns (dq, dk in
+    q's dtype, dg fp32 or None); dg is the gradient of the raw log gates (the in-chunk reverse cumsum of dG).
     """
     b_, tp, heads, dk = q.shape
     dv = v.shape[-1]
@@ -275,7 +270,7 @@ def chunk_dqk(q, k, v, do, g, reads, writes, keep, states, dstates, dscores, dia
         dqd_ref, dkd_ref, *refs = refs if gate else (None, None, *refs)
         dq_ref, dk_ref, *dg_ref = refs
         kt, n = pl.program_id(0), pl.program_id(1)
-        b, h = _bh(2, heads)
+        b, h = batch_head(2, heads)
         t0 = n * chunk
         rows, ks = pl.ds(t0, chunk), pl.ds(kt * bk, bk)
 
@@ -346,7 +341,7 @@ def diagonal_dqk(q, k, g, dscores, *, chunk, interpret):
 
     def kernel(q_ref, k_ref, g_ref, da_ref, dq_ref, dk_ref):
         kt, s = pl.program_id(0), pl.program_id(1)
-        b, h = _bh(2, heads)
+        b, h = batch_head(2, heads)
         rows, ks = pl.ds(s * SUB, SUB), pl.ds(kt * bk, bk)
         dA = da_ref[b, h, rows, pl.ds((s % subs) * SUB, SUB)][:, :, None]
         weighted = dA * _pairwise_decay(g_ref, b, rows, h, ks)  # [query i, key j, BK]
