@@ -199,6 +199,9 @@ def breakdown(B, T, reps, configs, families):
                 out_dtype=jnp.bfloat16, **kw)), q, G, states, A, v)
             t["chunk_dscores"] = run(jit(lambda do, v: la.chunk_dscores(do, v, lay.dd, scale=1.0, **kw)), do, v)
             if family == "gla":
+                g = jnp.asarray(x["g"])
+                t["gate_cumsum"] = run(jit(lambda g: la.gate_cumsum(g, **kw)), g)
+                t["gate cumsum (XLA)"] = run(jit(lambda g: backend._chunk_cumsum(g, C)), g)
                 t["chunk_states"] = run(jit(lambda k, v, G: la.chunk_states(
                     k, v, G, lay.writes, lay.keep, h0, gate=gate, side="write", store=jnp.bfloat16, **kw)), k, v, G)
                 t["diagonal_scores"] = run(jit(lambda q, k, G, A: la.diagonal_scores(q, k, G, lay.dd, A, **kw)),

@@ -8,6 +8,7 @@ per-chunk states `[B, N, H, K, V]`; intra-chunk score matrices `[B, H, Tp, C]` (
 n holds token i's scores against the C tokens of its chunk). See `_tiles` for the gate modes.
 
 The pieces:
+  gate_cumsum   G, the in-chunk cumsum of per-channel log gates
   intra_scores  A_ij = sum_k q_ik k_jk exp(G_ik - G_jk) for j <= i in one document (per-channel
                 gates by secondary chunking: off-diagonal 16-blocks factor through a reference
                 row so that every exponent is <= 0; `diagonal_scores` fills the diagonal blocks
@@ -38,6 +39,22 @@ def block(d, cap=64):
 def _split_gate(refs, gate):
     refs = list(refs)
     return (refs.pop(0) if gate else None), refs
+
+
+def gate_cumsum(g, *, chunk, interpret):
+    """G [B, Tp, H, K] fp32: the inclusive cumsum of the per-channel log gates inside each chunk (fla's
+    `chunk_local_cumsum`), one program per chunk, head and K tile."""
+    b_, tp, heads, dk = g.shape
+    bk = block(dk)
+
+    def kernel(g_ref, out_ref):
+        n, kt = pl.program_id(0), pl.program_id(2)
+        b, h = batch_head(1, heads)
+        rows, ks = pl.ds(n * chunk, chunk), pl.ds(kt * bk, bk)
+        out_ref[b, rows, h, ks] = jnp.cumsum(g_ref[b, rows, h, ks].astype(f32), axis=0)
+
+    return launch(kernel, jax.ShapeDtypeStruct(g.shape, f32), (tp // chunk, b_ * heads, dk // bk),
+                  interpret=interpret, name="gate_cumsum")(g)
 
 
 def intra_scores(q, k, g, dd, *, chunk, gate, interpret):

@@ -107,7 +107,7 @@ def _recompute_from(residuals):
 
 def _la_forward(q, k, v, g, h0, lay, scale, chunk, gate, out_dtype):
     interpret = _interpret()
-    G = _chunk_cumsum(g, chunk) if gate else None
+    G = la.gate_cumsum(g, chunk=chunk, interpret=interpret) if gate else None
     scores = la.intra_scores(q, k, G, lay.dd, chunk=chunk, gate=gate, interpret=interpret)
     if gate:
         scores = la.diagonal_scores(q, k, G, lay.dd, scores, chunk=chunk, interpret=interpret)
