@@ -244,6 +244,23 @@ def breakdown(B, T, reps, configs, families):
                     g, q, k, c, lam, lay.reads, lay.dd, sums, counts, centered=True, **ccq_kw)), q, q, k, c, lam)
                 t[f"key_grad/{n_rows}"] = run(jit(lambda k, dk, dv, dm: ccq_read.key_grad(
                     k, (dk, dv), dm, sums, lay.writes, lay.dd, eps=1e-6, **ccq_kw)), k, k, k, c)
+            # the CCQ covariance: an ungated linear attention with values k (K = V), its kernels as _ccq_read runs them
+            cov_kw = dict(kw, gate=None)
+            cov_scores = jit(lambda q, k: la.intra_scores(q, k, None, lay.dd, **cov_kw))
+            t["cov intra_scores"] = run(cov_scores, q, k)
+            A_cov, h0_cov = cov_scores(q, k), jnp.zeros((B, H, K, K), jnp.float32)
+            t["cov chunk_states"] = run(jit(lambda k: la.chunk_states(
+                k, k, None, lay.writes, lay.keep, h0_cov, side="write", store=jnp.bfloat16, **cov_kw)), k)
+            t["cov chunk_states (reverse)"] = run(jit(lambda q, dc: la.chunk_states(
+                q, dc, None, lay.reads, lay.keep, h0_cov, side="read", reverse=True, scale=1.0, store=jnp.bfloat16,
+                **cov_kw)), q, k)
+            cov_states = jnp.zeros((B, T // C, H, K, K), jnp.bfloat16)
+            t["cov chunk_out"] = run(jit(lambda q, S, A, k: la.chunk_out(
+                q, None, lay.reads, S, A, k, side="read", transpose_scores=False, s_inter=1.0, s_intra=1.0,
+                out_dtype=jnp.float32, **cov_kw)), q, cov_states, A_cov, k)
+            t["cov chunk_dqk"] = run(jit(lambda q, k, dc, S, A: la.chunk_dqk(
+                q, k, k, dc, None, lay.reads, lay.writes, lay.keep, S, S, A, None, scale=1.0, **cov_kw)),
+                q, k, k, cov_states, A_cov)
             for name, ms in t.items():
                 rows.append(dict(family=family, kernel=name, width=width, warps=warps, stages=stages, ms=ms))
                 print(rows[-1], flush=True)
