@@ -146,9 +146,14 @@ def _time_queued(fn, args, reps, rounds=5):
     return statistics.median(times)
 
 
-def breakdown(B, T, reps, configs, families):
+def _chosen(name, kernels):
+    return kernels is None or any(part in name for part in kernels)
+
+
+def breakdown(B, T, reps, configs, families, kernels=None):
     """Times each kernel of the GLA and gated-delta-rule passes alone, for several (tile width, warps, stages)
-    settings; "default" in a place keeps each kernel's own choice there."""
+    settings; "default" in a place keeps each kernel's own choice there. kernels: name parts; only the kernels
+    whose names contain one are timed (all when None)."""
     import jax
     import jax.numpy as jnp
 
@@ -192,73 +197,79 @@ def breakdown(B, T, reps, configs, families):
             except Exception as err:  # the other kernels need the scores: this family's column stays empty
                 print(f"{family} {width}/{warps}/{stages}: intra_scores failed: {str(err)[:200]}", flush=True)
                 continue
-            t = {"intra_scores": run(scores, q, k, G)}
+            t = {}
+
+            def timed(name, fn, *args):
+                if _chosen(name, kernels):
+                    t[name] = run(fn, *args)
+
+            timed("intra_scores", scores, q, k, G)
             states = jnp.zeros((B, T // C, H, K, V), jnp.bfloat16)  # the kernels' [B, N, H, K, V], stored bf16
-            t["chunk_out"] = run(jit(lambda q, G, S, A, v: la.chunk_out(
+            timed("chunk_out", jit(lambda q, G, S, A, v: la.chunk_out(
                 q, G, lay.reads, S, A, v, gate=gate, side="read", transpose_scores=False, s_inter=1.0, s_intra=1.0,
                 out_dtype=jnp.bfloat16, **kw)), q, G, states, A, v)
-            t["chunk_dscores"] = run(jit(lambda do, v: la.chunk_dscores(do, v, lay.dd, scale=1.0, **kw)), do, v)
+            timed("chunk_dscores", jit(lambda do, v: la.chunk_dscores(do, v, lay.dd, scale=1.0, **kw)), do, v)
             if family == "gla":
                 g = jnp.asarray(x["g"])
-                t["gate_cumsum"] = run(jit(lambda g: la.gate_cumsum(g, **kw)), g)
-                t["gate cumsum (XLA)"] = run(jit(lambda g: backend._chunk_cumsum(g, C)), g)
-                t["chunk_states"] = run(jit(lambda k, v, G: la.chunk_states(
+                timed("gate_cumsum", jit(lambda g: la.gate_cumsum(g, **kw)), g)
+                timed("gate cumsum (XLA)", jit(lambda g: backend._chunk_cumsum(g, C)), g)
+                timed("chunk_states", jit(lambda k, v, G: la.chunk_states(
                     k, v, G, lay.writes, lay.keep, h0, gate=gate, side="write", store=jnp.bfloat16, **kw)), k, v, G)
-                t["diagonal_scores"] = run(jit(lambda q, k, G, A: la.diagonal_scores(q, k, G, lay.dd, A, **kw)),
+                timed("diagonal_scores", jit(lambda q, k, G, A: la.diagonal_scores(q, k, G, lay.dd, A, **kw)),
                                            q, k, G, A)
                 diag = jit(lambda q, k, G, A: la.diagonal_dqk(q, k, G, A, **kw))
-                t["diagonal_dqk"] = run(diag, q, k, G, A)
-                t["chunk_dqk"] = run(jit(lambda q, k, v, do, G, S, A, D: la.chunk_dqk(
+                timed("diagonal_dqk", diag, q, k, G, A)
+                timed("chunk_dqk", jit(lambda q, k, v, do, G, S, A, D: la.chunk_dqk(
                     q, k, v, do, G, lay.reads, lay.writes, lay.keep, S, S, A, D, gate=gate, scale=1.0, **kw)),
                     q, k, v, do, G, states, A, diag(q, k, G, A))
             else:
                 w = k
-                t["delta_states"] = run(jit(lambda w, u, k, G: delta_rule.delta_states(
+                timed("delta_states", jit(lambda w, u, k, G: delta_rule.delta_states(
                     w, u, k, G, lay.writes, lay.keep, h0, store=jnp.bfloat16, **kw)), w, v, k, G)
-                t["delta_dstates"] = run(jit(lambda q, k, do, G: delta_rule.delta_dstates(
+                timed("delta_dstates", jit(lambda q, k, do, G: delta_rule.delta_dstates(
                     q, k, k, do, do.astype(jnp.float32), G, lay.reads, lay.writes, lay.keep, h0, scale=1.0,
                     store=jnp.bfloat16, **kw)),
                     q, k, do, G)
                 inverse = jit(lambda k, G, beta: delta_wy.wy_inverse(k, G, beta, lay.dd, **kw))
-                t["wy_inverse"] = run(inverse, k, G, beta)
+                timed("wy_inverse", inverse, k, G, beta)
                 chunks_T = inverse(k, G, beta)
-                t["wy_apply"] = run(jit(lambda T, k, v, G, beta: delta_wy.wy_apply(
+                timed("wy_apply", jit(lambda T, k, v, G, beta: delta_wy.wy_apply(
                     T, k, v, G, beta, lay.reads, **kw)), chunks_T, k, v, G, beta)
-                t["wy_gradient"] = run(jit(lambda k, v, G, beta, T, dw, du, dk: delta_wy.wy_gradient(
+                timed("wy_gradient", jit(lambda k, v, G, beta, T, dw, du, dk: delta_wy.wy_gradient(
                     k, v, G, beta, lay.reads, lay.dd, T, dw, du, dk, **kw)), k, v, G, beta, chunks_T, k, do,
                     k.astype(jnp.float32))
-                t["delta_dqkwg"] = run(jit(lambda q, k, do, G, A, S: delta_rule.delta_dqkwg(
+                timed("delta_dqkwg", jit(lambda q, k, do, G, A, S: delta_rule.delta_dqkwg(
                     q, k, do, do, do, G, A, lay.reads, lay.writes, lay.keep, S, S, scale=1.0, **kw)),
                     q, k, do, G, A, states)
                 xla_wy = lambda k, v, G, beta: backend._delta_wy(k, v, G, beta, lay, C)
-                t["delta_wy (XLA)"] = run(jit(xla_wy), k, v, G, beta)
-                t["delta_wy vjp (XLA)"] = run(jit(lambda k, v, G, beta, dw, du: jax.vjp(xla_wy, k, v, G, beta)[1](
+                timed("delta_wy (XLA)", jit(xla_wy), k, v, G, beta)
+                timed("delta_wy vjp (XLA)", jit(lambda k, v, G, beta, dw, du: jax.vjp(xla_wy, k, v, G, beta)[1](
                     (dw.astype(jnp.float32), du.astype(jnp.float32)))), k, v, G, beta, k, do)
             c = q.astype(jnp.float32)  # the CCQ read's ends, 16 or 32 rows a program
             sums, counts = jnp.zeros((B, T // C, H, K), jnp.float32), jnp.ones((B, T // C, H), jnp.float32)
             for n_rows in (16, 32):
                 ccq_kw = dict(kw, rows=n_rows)
-                t[f"clean_query/{n_rows}"] = run(jit(lambda q, k, c, lam: ccq_read.clean_query(
+                timed(f"clean_query/{n_rows}", jit(lambda q, k, c, lam: ccq_read.clean_query(
                     q, k, c, lam, lay.reads, lay.dd, sums, counts, centered=True, **ccq_kw)), q, k, c, lam)
-                t[f"clean_query_grad/{n_rows}"] = run(jit(lambda g, q, k, c, lam: ccq_read.clean_query_grad(
+                timed(f"clean_query_grad/{n_rows}", jit(lambda g, q, k, c, lam: ccq_read.clean_query_grad(
                     g, q, k, c, lam, lay.reads, lay.dd, sums, counts, centered=True, **ccq_kw)), q, q, k, c, lam)
-                t[f"key_grad/{n_rows}"] = run(jit(lambda k, dk, dv, dm: ccq_read.key_grad(
+                timed(f"key_grad/{n_rows}", jit(lambda k, dk, dv, dm: ccq_read.key_grad(
                     k, (dk, dv), dm, sums, lay.writes, lay.dd, eps=1e-6, **ccq_kw)), k, k, k, c)
             # the CCQ covariance: an ungated linear attention with values k (K = V), its kernels as _ccq_read runs them
             cov_kw = dict(kw, gate=None)
             cov_scores = jit(lambda q, k: la.intra_scores(q, k, None, lay.dd, **cov_kw))
-            t["cov intra_scores"] = run(cov_scores, q, k)
+            timed("cov intra_scores", cov_scores, q, k)
             A_cov, h0_cov = cov_scores(q, k), jnp.zeros((B, H, K, K), jnp.float32)
-            t["cov chunk_states"] = run(jit(lambda k: la.chunk_states(
+            timed("cov chunk_states", jit(lambda k: la.chunk_states(
                 k, k, None, lay.writes, lay.keep, h0_cov, side="write", store=jnp.bfloat16, **cov_kw)), k)
-            t["cov chunk_states (reverse)"] = run(jit(lambda q, dc: la.chunk_states(
+            timed("cov chunk_states (reverse)", jit(lambda q, dc: la.chunk_states(
                 q, dc, None, lay.reads, lay.keep, h0_cov, side="read", reverse=True, scale=1.0, store=jnp.bfloat16,
                 **cov_kw)), q, k)
             cov_states = jnp.zeros((B, T // C, H, K, K), jnp.bfloat16)
-            t["cov chunk_out"] = run(jit(lambda q, S, A, k: la.chunk_out(
+            timed("cov chunk_out", jit(lambda q, S, A, k: la.chunk_out(
                 q, None, lay.reads, S, A, k, side="read", transpose_scores=False, s_inter=1.0, s_intra=1.0,
                 out_dtype=jnp.float32, **cov_kw)), q, cov_states, A_cov, k)
-            t["cov chunk_dqk"] = run(jit(lambda q, k, dc, S, A: la.chunk_dqk(
+            timed("cov chunk_dqk", jit(lambda q, k, dc, S, A: la.chunk_dqk(
                 q, k, k, dc, None, lay.reads, lay.writes, lay.keep, S, S, A, None, scale=1.0, **cov_kw)),
                 q, k, k, cov_states, A_cov)
             for name, ms in t.items():
@@ -283,11 +294,12 @@ def main():
     ap.add_argument("--breakdown", action="store_true", help="time each Pallas kernel alone (first seqlen)")
     ap.add_argument("--tilings", nargs="+", default=["default", "64/4", "32/4", "64/8", "128/8"],
                     help="breakdown columns: 'default' (each kernel's own) or WIDTH/WARPS[/STAGES]")
+    ap.add_argument("--kernels", nargs="+", help="breakdown: time only the kernels whose names contain one of these")
     a = ap.parse_args()
     if a.breakdown:
         configs = [(["default"] * 3 if c == "default" else c.split("/") + ["default"])[:3] for c in a.tilings]
         configs = [tuple(int(x) if x != "default" else x for x in c) for c in configs]
-        rows = breakdown(a.batch, a.seqlens[0], a.reps, configs, a.families)
+        rows = breakdown(a.batch, a.seqlens[0], a.reps, configs, a.families, a.kernels)
         json.dump(rows, open(a.out, "w"), indent=1)
         return
     rows = []
