@@ -12,10 +12,11 @@ launch there.
 
 Checked against the H200: a `delta_dstates` variant that the GPU refused for asking 271,364 bytes
 of shared memory comes out here at 271,364; another (k's decay on the `[C, BV]` side, eighth
-session) comes out at 205,824 but asked the H200 for 246,788 (238,596 at the GPU tests' T = 1000),
-so a kernel within about a fifth of the limit here may still be refused there. In CI, tests/pallas/test_lowering.py counts the kernels
-`lowered_kernels` captures and tests/pallas/test_resources.py runs the bf16 check (the fp32
-kernels' IEEE dots take this compiler many minutes).
+session) comes out at 205,824 but asked the H200 for 246,788 (238,596 at the GPU tests' T = 1000):
+the estimate can be a fifth low, so a kernel this close to the limit may still be refused there.
+In CI, tests/pallas/test_lowering.py counts the kernels `lowered_kernels` captures and
+tests/pallas/test_resources.py runs the bf16 check (the fp32 kernels' IEEE dots take this compiler
+many minutes).
 """
 
 import argparse

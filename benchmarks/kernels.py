@@ -22,7 +22,7 @@ import os
 import statistics
 import time
 
-os.environ.setdefault("XLA_PYTHON_CLIENchunks_TPREALLOCATE", "false")  # torch and JAX share the GPU
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # torch and JAX share the GPU
 
 import numpy as np  # noqa: E402
 
@@ -146,10 +146,6 @@ def _time_queued(fn, args, reps, rounds=5):
     return statistics.median(times)
 
 
-def _chosen(name, kernels):
-    return kernels is None or any(part in name for part in kernels)
-
-
 def breakdown(B, T, reps, configs, families, kernels=None):
     """Times each kernel of the GLA and gated-delta-rule passes alone, for several (tile width, warps, stages)
     settings; "default" in a place keeps each kernel's own choice there. kernels: name parts; only the kernels
@@ -200,7 +196,7 @@ def breakdown(B, T, reps, configs, families, kernels=None):
             t = {}
 
             def timed(name, fn, *args):
-                if _chosen(name, kernels):
+                if kernels is None or any(part in name for part in kernels):
                     t[name] = run(fn, *args)
 
             timed("intra_scores", scores, q, k, G)

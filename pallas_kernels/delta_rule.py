@@ -26,9 +26,10 @@ f32 = jnp.float32
 
 
 def _tiling(dv, dtype, *, warps):
-    """(V slab width, launch options) for the full-K kernels: 64-wide slabs for half-precision inputs (H200, B = 4,
-    T = 4096, H = 6, V = 512: delta_states 0.42 ms at 4 warps against 0.46 with 32-wide slabs and 1.10 at 2 warps;
-    delta_dstates 1.03 ms at 8 warps against 1.53 at 4 and 1.14 with 32-wide slabs at 4)."""
+    """(V slab width, launch options) for the full-K kernels: 64-wide slabs at `warps` for half-precision inputs
+    (H200, B = 4, T = 4096, H = 6, V = 512: delta_states 0.42 ms at 4 warps against 0.46 with 32-wide slabs and
+    1.10 at 2 warps; delta_dstates 1.03 ms at 8 warps against 1.53 at 4 and 1.14 with 32-wide slabs at 4); fp32
+    inputs, whose [C, K] tiles are twice as large: 32-wide slabs at 8 warps, one stage, whatever `warps`."""
     if jnp.dtype(dtype).itemsize >= 4:
         return block(dv, 32), dict(num_warps=8, num_stages=1)
     return block(dv, 64), dict(num_warps=warps, num_stages=2)

@@ -17,7 +17,8 @@ chunks, as fla does:
   The CCQ read: the key normalisation and the chunks' key totals in XLA, their scan across chunks
     in XLA (transposed for the backward), the running key sums inside chunks, the cleaned query
     and all their gradients in Pallas (`pallas_kernels.ccq_read`).
-GLA keeps its gates' in-chunk cumsum G (fp32, the size of g) instead of g for the backward.
+GLA forms its gates' in-chunk cumsum G in Pallas (`gate_cumsum`; the gated delta rule's per-head
+one is XLA's `_chunk_cumsum`) and keeps G (fp32, the size of g) instead of g for the backward.
 """
 
 import functools
