@@ -25,14 +25,14 @@ from pallas_kernels.linear_attention import block
 f32 = jnp.float32
 
 
-def _tiling(dv, dtype, *, warps):
-    """(V slab width, launch options) for the full-K kernels: 64-wide slabs at `warps` for half-precision inputs
-    (H200, B = 4, T = 4096, H = 6, V = 512: delta_states 0.42 ms at 4 warps against 0.46 with 32-wide slabs and
-    1.10 at 2 warps; delta_dstates 1.03 ms at 8 warps against 1.53 at 4 and 1.14 with 32-wide slabs at 4); fp32
-    inputs, whose [C, K] tiles are twice as large: 32-wide slabs at 8 warps, one stage, whatever `warps`."""
+def _tiling(dv, dtype, *, warps, width=64):
+    """(V slab width, launch options) for the full-K kernels: `width`-wide slabs at `warps` for half-precision
+    inputs (H200, B = 4, T = 4096, H = 6, V = 512: delta_states 0.42 ms at 64 / 4 warps against 0.46 with 32-wide
+    slabs and 1.10 at 2 warps); fp32 inputs, whose [C, K] tiles are twice as large: 32-wide slabs at 8 warps, one
+    stage, whatever `warps` and `width`."""
     if jnp.dtype(dtype).itemsize >= 4:
         return block(dv, 32), dict(num_warps=8, num_stages=1)
-    return block(dv, 64), dict(num_warps=warps, num_stages=2)
+    return block(dv, width), dict(num_warps=warps, num_stages=2)
 
 
 def delta_states(w, u, k, g, writes, keep, h0, *, chunk, store, interpret):
@@ -79,7 +79,7 @@ def delta_dstates(q, k, w, do, dv_local, g, reads, writes, keep, dfinal, *, chun
     """
     b_, tp, heads, dk = k.shape
     dv = do.shape[-1]
-    bv, options = _tiling(dv, k.dtype, warps=8)
+    bv, options = _tiling(dv, k.dtype, warps=4, width=32)
     n_chunks = tp // chunk
     ks = pl.ds(0, dk)
     dtype = k.dtype
@@ -95,10 +95,11 @@ def delta_dstates(q, k, w, do, dv_local, g, reads, writes, keep, dfinal, *, chun
             rows = pl.ds(t0, chunk)
             dh_ref[b, n, h, ks, vs] = dS.astype(dh_ref.dtype)
             G, G_last = gate_tile(g_ref, "head", b, rows, h, ks), gate_row(g_ref, "head", b, t0 + chunk - 1, h, ks)
-            # the decays on the [C, K] tiles here: loads that feed the dots directly are software-pipelined into
-            # shared memory, and with k, q and w all so (bf16, K = 256, two stages) the kernel asked for 271 KB
-            ke = (tile(k_ref, b, rows, h, ks) * to_end(G, G_last, m_ref[b, rows])).astype(dtype)
-            dv_new = dvl_ref[b, rows, h, vs] + dot(ke, dS.astype(dtype))
+            # k and w feed their dots as loaded (software-pipelined into shared memory), k's decay on the [C, BV]
+            # result as fla's bwd_dhu; q's on its [C, K] tile: with q loaded so too (bf16, K = 256, two stages)
+            # the kernel asked for 271 KB, and with k so at 64-wide slabs for 246,788 bytes (an H200 block: 227 KB)
+            dv_new = dvl_ref[b, rows, h, vs] + dot(k_ref[b, rows, h, ks], dS.astype(dtype)) * to_end(
+                G, G_last, m_ref[b, rows])
             dvn_ref[b, rows, h, vs] = dv_new.astype(dvn_ref.dtype)
             qe = (tile(q_ref, b, rows, h, ks) * from_start(G, r_ref[b, rows])).astype(dtype)
             w_t = w_ref[b, rows, h, ks]
