@@ -219,13 +219,12 @@ def breakdown(B, T, reps, configs, families, kernels=None):
                     q, k, v, do, G, lay.reads, lay.writes, lay.keep, S, S, A, D, gate=gate, scale=1.0, **kw)),
                     q, k, v, do, G, states, A, diag(q, k, G, A))
             else:
-                w = k
-                timed("delta_states", jit(lambda w, u, k, G: delta_rule.delta_states(
-                    w, u, k, G, lay.writes, lay.keep, h0, store=jnp.bfloat16, **kw)), w, v, k, G)
-                timed("delta_dstates", jit(lambda q, k, do, G: delta_rule.delta_dstates(
-                    q, k, k, do, do.astype(jnp.float32), G, lay.reads, lay.writes, lay.keep, h0, scale=1.0,
-                    store=jnp.bfloat16, **kw)),
-                    q, k, do, G)
+                w, factors = k, backend._head_factors(G, lay, C)
+                timed("delta_states", jit(lambda w, u, k, f: delta_rule.delta_states(
+                    w, u, k, f.write, f.decay, h0, store=jnp.bfloat16, **kw)), w, v, k, factors)
+                timed("delta_dstates", jit(lambda q, k, do, f: delta_rule.delta_dstates(
+                    q, k, k, do, do.astype(jnp.float32), *f, h0, scale=1.0, store=jnp.bfloat16, **kw)),
+                    q, k, do, factors)
                 inverse = jit(lambda k, G, beta: delta_wy.wy_inverse(k, G, beta, lay.dd, **kw))
                 timed("wy_inverse", inverse, k, G, beta)
                 chunks_T = inverse(k, G, beta)

@@ -2,8 +2,8 @@
 
 Layouts (padded by the caller): tokens `[B, Tp, H, D]` with Tp = N * C; per-token 0/1 masks
 `[B, Tp]` fp32 (`reads`: the token belongs to the document of the state entering its chunk;
-`writes`: it is real and in its chunk's last document; `keep`: no document starts inside its
-chunk, repeated over the chunk's tokens); the monotone document index `dd [B, Tp]` int32;
+`writes`: it is real and in its chunk's last document) and a per-chunk one `keep` `[B, N]` (no
+document starts inside the chunk); the monotone document index `dd [B, Tp]` int32;
 per-chunk states `[B, N, H, K, V]`; intra-chunk score matrices `[B, H, Tp, C]` (row i of chunk
 n holds token i's scores against the C tokens of its chunk). See `_tiles` for the gate modes.
 
@@ -177,7 +177,7 @@ def chunk_states(x, y, g, mask, keep, h0, *, chunk, gate, side, reverse=False, s
             f = to_end(G, G_last, m) if side == "write" else from_start(G, m)
             x_f, y_f = _factor_in(x_ref[b, rows, h, ks], y_ref[b, rows, h, vs], f)
             update = scale * dot(x_f, y_f, trans_a=True)
-            return jnp.reshape(chunk_decay(G_last, jnp.min(keep_ref[b, rows])), (-1, 1)), update
+            return jnp.reshape(chunk_decay(G_last, keep_ref[b, pl.ds(n, 1)]), (-1, 1)), update
 
         def step(i, carry):  # chunk i+1's loads and dot are issued before chunk i's state update needs its own
             S, decay, update = carry
@@ -318,7 +318,7 @@ def chunk_dqk(q, k, v, do, g, reads, writes, keep, states, dstates, dscores, dia
             dq += dot(dA.astype(dtype), kf.astype(dtype))
             dk_ += dot(dA.astype(dtype), qf.astype(dtype), trans_a=True)
         else:
-            dgl = dgl * chunk_decay(G_last, jnp.min(keep_ref[b, rows])) + jnp.sum(kf * dk_, axis=0)
+            dgl = dgl * chunk_decay(G_last, keep_ref[b, pl.ds(n, 1)]) + jnp.sum(kf * dk_, axis=0)
             i = iota(chunk)
             blk = i // SUB
             for a in range(1, subs):  # query sub-block a against all earlier keys

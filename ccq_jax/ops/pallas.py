@@ -44,20 +44,20 @@ def _interpret():
 
 
 class _Layout(NamedTuple):
-    """Per-token masks over the padded sequence [B, Tp] (see `pallas_kernels.linear_attention`)."""
+    """Per-token masks over the padded sequence [B, Tp] and the per-chunk `keep` [B, N] (see
+    `pallas_kernels.linear_attention`)."""
 
     reads: jax.Array
     writes: jax.Array
-    keep: jax.Array
+    keep: jax.Array  # [B, N]: per chunk
     dd: jax.Array
 
 
 def _layout(docs, chunk):
     m = _doc_masks(docs, chunk)
     flat = lambda x: x.reshape(docs.shape[0], -1).astype(f32)
-    keep = jnp.broadcast_to(m.keep_state[..., None], m.reads_state.shape)
     dd = jnp.pad(docs, [(0, 0), (0, -docs.shape[1] % chunk)], mode="edge")
-    return _Layout(flat(m.reads_state), flat(m.writes_state), flat(keep), dd)
+    return _Layout(flat(m.reads_state), flat(m.writes_state), flat(m.keep_state), dd)
 
 
 def _same_doc_causal(dd, chunk):
@@ -197,11 +197,6 @@ def _key_totals(kh, lay, chunk):
     return sums, jnp.broadcast_to(jnp.sum(writes, -1)[..., None], sums.shape[:3])
 
 
-def _chunk_keep(lay, chunk):
-    """[B, N]: 1 where no document starts inside the chunk (what entered it leaves it)."""
-    return lay.keep.reshape(lay.keep.shape[0], -1, chunk)[..., 0]
-
-
 def _ccq_keys_in(k, normalize, dtype):
     """The keys k^ of the CCQ statistics (normalised in fp32), in the dtype the kernels take."""
     return ccq_keys(k, normalize).astype(dtype)
@@ -212,7 +207,7 @@ def _ccq_read_forward(q, k, lam, cov0, sum0, count0, lay, chunk, centered, norma
     the keys and the covariance's states."""
     interpret = _interpret()
     kh = _ccq_keys_in(k, normalize, q.dtype)
-    (sum_in, count_in), final = _key_scan(_key_totals(kh, lay, chunk), (sum0, count0), _chunk_keep(lay, chunk))
+    (sum_in, count_in), final = _key_scan(_key_totals(kh, lay, chunk), (sum0, count0), lay.keep)
     # the state is [key, value] = C^T: C q_t = sum_k q_tk S[k, :]
     cov_q, cov_t, scores, _ = _la_forward(q, kh, kh, None, cov0, lay, 1.0, chunk, None, f32)
     q_clean = ccq_read.clean_query(q, kh, cov_q, lam, lay.reads, lay.dd, sum_in, count_in, chunk=chunk,
@@ -234,7 +229,7 @@ def _ccq_read_bwd(chunk, centered, normalize, res, cts):
     dq, dc, dlam, dm, dsum_in, dcount_in = ccq_read.clean_query_grad(
         dqc.astype(q.dtype), q, kh, cov_q, lam, lay.reads, lay.dd, sum_in, count_in, chunk=chunk,
         centered=centered, interpret=interpret)
-    keep = _chunk_keep(lay, chunk)
+    keep = lay.keep
     scan = lambda totals, init: _key_scan(totals, init, keep)
     # the scan is linear: its transpose takes the gradients of (entering, final) to those of (totals, init),
     # which have the same shapes
@@ -313,28 +308,42 @@ def _delta_wy(k, v, G, beta, lay, chunk):
     return apply(kc * (bc * jnp.exp(Gc) * reads)[..., None]), apply(bc[..., None] * vc)
 
 
+class _HeadFactors(NamedTuple):
+    """The per-head gates' factors of the gated delta rule's state passes, fp32 (G: the in-chunk cumsum)."""
+
+    read: jax.Array  # [B, Tp, H]  exp(G) reads: a query against the state entering its chunk
+    write: jax.Array  # [B, Tp, H]  exp(G_last - G) writes: a token's write decayed to its chunk's end
+    decay: jax.Array  # [B, N, H]  exp(G_last) keep: how the state entering a chunk survives it
+
+
+def _head_factors(G, lay, chunk):
+    b, tp, h = G.shape
+    Gc = _per_chunk(G, chunk)
+    reads, writes = (_per_chunk(x, chunk)[..., None] for x in (lay.reads, lay.writes))
+    G_last = Gc[:, :, -1:]
+    flat = lambda x: x.reshape(b, tp, h)
+    return _HeadFactors(flat(jnp.exp(Gc) * reads), flat(jnp.exp(G_last - Gc) * writes),
+                        jnp.exp(G_last[:, :, 0]) * lay.keep[..., None])
+
+
 def _delta_rest(q, k, G, lay, chunk):
     """The rest of the per-chunk algebra in XLA (docs/design.md, "Gated delta rule"): the reference twin whose
     autodiff `delta_rule.delta_dqkwg` computes."""
     b, tp, h = G.shape
-    f = lambda x: _per_chunk(x, chunk).astype(f32)
-    qc, kc, Gc = f(q), f(k), _per_chunk(G, chunk)
-    reads, writes, keep = (_per_chunk(x, chunk)[..., None] for x in (lay.reads, lay.writes, lay.keep))
-    _, decay_ij = _pair_decays(Gc, lay, chunk)
+    _, decay_ij = _pair_decays(_per_chunk(G, chunk), lay, chunk)
     scores = _qk(q, k, chunk) * decay_ij
-    G_last = Gc[:, :, -1:]
-    flat = lambda x: x.reshape(b, tp, h, x.shape[-1])
+    factors = _head_factors(G, lay, chunk)
     return _DeltaRest(
-        q_read=flat(qc * (jnp.exp(Gc) * reads)[..., None]),
+        q_read=q.astype(f32) * factors.read[..., None],
         scores=jnp.moveaxis(scores, 4, 1).reshape(b, h, tp, chunk),
-        k_end=flat(kc * (jnp.exp(G_last - Gc) * writes)[..., None]),
-        decay=(jnp.exp(G_last) * keep[:, :, :1])[:, :, 0],
+        k_end=k.astype(f32) * factors.write[..., None],
+        decay=factors.decay,
     )
 
 
-def _delta_pass(k, G, w, u, h0, lay, chunk):
+def _delta_pass(k, factors, w, u, h0, chunk):
     """The chunk-to-chunk pass, given w and u: (state entering each chunk, v_new, final state)."""
-    return delta_rule.delta_states(w.astype(k.dtype), u.astype(k.dtype), k, G, lay.writes, lay.keep, h0,
+    return delta_rule.delta_states(w.astype(k.dtype), u.astype(k.dtype), k, factors.write, factors.decay, h0,
                                    chunk=chunk, store=k.dtype, interpret=_interpret())
 
 
@@ -344,7 +353,7 @@ def _delta_forward(q, k, v, g, beta, h0, lay, scale, chunk):
     G = _chunk_cumsum(g, chunk)
     inverse = delta_wy.wy_inverse(k, G, beta, lay.dd, chunk=chunk, interpret=interpret)
     w, u = delta_wy.wy_apply(inverse, k, v, G, beta, lay.reads, chunk=chunk, interpret=interpret)
-    states, v_new, final = _delta_pass(k, G, w, u, h0, lay, chunk)
+    states, v_new, final = _delta_pass(k, _head_factors(G, lay, chunk), w, u, h0, chunk)
     scores = la.intra_scores(q, k, G, lay.dd, chunk=chunk, gate="head", interpret=interpret)
     o = la.chunk_out(q, G, lay.reads, states, scores, v_new, chunk=chunk, gate="head", side="read",
                      transpose_scores=False, s_inter=scale, s_intra=scale, out_dtype=v.dtype, interpret=interpret)
@@ -371,13 +380,13 @@ def _dr_bwd(scale, chunk, res, cts):
     interpret = _interpret()
     G, cumsum_vjp = jax.vjp(lambda g: _chunk_cumsum(g, chunk), g)
     w, u = delta_wy.wy_apply(inverse, k, v, G, beta, lay.reads, chunk=chunk, interpret=interpret)
-    states, v_new, _ = _delta_pass(k, G, w, u, h0, lay, chunk)
+    factors = _head_factors(G, lay, chunk)
+    states, v_new, _ = _delta_pass(k, factors, w, u, h0, chunk)
     scores = la.intra_scores(q, k, G, lay.dd, chunk=chunk, gate="head", interpret=interpret)
     dv_local = la.chunk_out(k, None, None, None, scores, do, chunk=chunk, gate=None, side="write",
                             transpose_scores=True, s_inter=0.0, s_intra=scale, out_dtype=q.dtype, interpret=interpret)
-    dstates, dv_new, dh0 = delta_rule.delta_dstates(q, k, w, do, dv_local, G, lay.reads, lay.writes, lay.keep,
-                                                    dfinal, chunk=chunk, scale=scale, store=q.dtype,
-                                                    interpret=interpret)
+    dstates, dv_new, dh0 = delta_rule.delta_dstates(q, k, w, do, dv_local, *factors, dfinal, chunk=chunk,
+                                                    scale=scale, store=q.dtype, interpret=interpret)
     dscores = la.chunk_dscores(do, v_new, lay.dd, chunk=chunk, scale=scale, interpret=interpret)
     dq, dk, dw, dG = delta_rule.delta_dqkwg(q, k, v_new, do, dv_new, G, dscores, lay.reads, lay.writes, lay.keep,
                                             states, dstates, chunk=chunk, scale=scale, interpret=interpret)
