@@ -13,9 +13,10 @@ tiny: `read` = exp(G) reads, `write` = exp(G_last - G) writes ([B, Tp, H]), `dec
 keep ([B, N, H]), a load each inside the sequential loop instead of the gates, the masks and the
 exponentials (H200, B = 4, T = 4096: `delta_states` 0.42 -> 0.40 ms, Gated DeltaNet fwd+bwd
 3.34 -> 3.19 together with the per-chunk `keep` of every kernel). `delta_dqkwg` takes the gates
-themselves (`G [B, Tp, H]`, the inclusive in-chunk cumsum); layouts as in `linear_attention`. With fp32 operands the `[C, K]` tiles are twice as large, so those
-kernels take narrower V slabs and no software pipelining (with 64-wide slabs and two stages,
-fp32 at K = 256 asked for 296 KB of shared memory on the H200, which has 227 KB).
+themselves (`G [B, Tp, H]`, the inclusive in-chunk cumsum); layouts as in `linear_attention`.
+With fp32 operands the `[C, K]` tiles are twice as large, so those kernels take narrower V slabs
+and no software pipelining (with 64-wide slabs and two stages, fp32 at K = 256 asked for 296 KB
+of shared memory on the H200, which has 227 KB).
 """
 
 import jax
@@ -101,13 +102,14 @@ def delta_dstates(q, k, w, do, dv_local, read, write, decay, dfinal, *, chunk, s
             # k and w feed their dots as loaded (software-pipelined into shared memory), k's decay on the [C, BV]
             # result as fla's bwd_dhu; q's on its [C, K] tile: with q loaded so too (bf16, K = 256, two stages)
             # the kernel asked for 271 KB, and with k so at 64-wide slabs for 246,788 bytes (an H200 block: 227 KB)
-            dv_new = dvl_ref[b, rows, h, vs] + dot(k_ref[b, rows, h, ks], dS.astype(dtype)) * fw_ref[b, rows, h][:, None]
+            k_end = fw_ref[b, rows, h][:, None]
+            dv_new = dvl_ref[b, rows, h, vs] + dot(k_ref[b, rows, h, ks], dS.astype(dtype)) * k_end
             dvn_ref[b, rows, h, vs] = dv_new.astype(dvn_ref.dtype)
             qe = (tile(q_ref, b, rows, h, ks) * fr_ref[b, rows, h][:, None]).astype(dtype)
             w_t = w_ref[b, rows, h, ks]
-            return (dS * jnp.reshape(d_ref[b, pl.ds(n, 1), h], (1, 1))
-                    + scale * dot(qe, do_ref[b, rows, h, vs], trans_a=True) - dot(w_t, dv_new.astype(w_t.dtype),
-                                                                                   trans_a=True))
+            decay = jnp.reshape(d_ref[b, pl.ds(n, 1), h], (1, 1))
+            return (dS * decay + scale * dot(qe, do_ref[b, rows, h, vs], trans_a=True)
+                    - dot(w_t, dv_new.astype(w_t.dtype), trans_a=True))
 
         dh0_ref[b, h, ks, vs] = jax.lax.fori_loop(0, n_chunks, step, df_ref[b, h, ks, vs].astype(f32))
 

@@ -229,8 +229,7 @@ def _ccq_read_bwd(chunk, centered, normalize, res, cts):
     dq, dc, dlam, dm, dsum_in, dcount_in = ccq_read.clean_query_grad(
         dqc.astype(q.dtype), q, kh, cov_q, lam, lay.reads, lay.dd, sum_in, count_in, chunk=chunk,
         centered=centered, interpret=interpret)
-    keep = lay.keep
-    scan = lambda totals, init: _key_scan(totals, init, keep)
+    scan = lambda totals, init: _key_scan(totals, init, lay.keep)
     # the scan is linear: its transpose takes the gradients of (entering, final) to those of (totals, init),
     # which have the same shapes
     cotangents = ((dsum_in, dcount_in), (dfinal_sum, dfinal_count))
