@@ -17,6 +17,7 @@ fla issue #640); the guard is lifted to time it, so its gradients here are not t
 """
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -146,16 +147,128 @@ def _time_queued(fn, args, reps, rounds=5):
     return statistics.median(times)
 
 
+def _kernel_times(family, B, T, timed):
+    """Calls timed(name, jitted kernel, *its arguments) for each Pallas kernel of `family`'s passes and of the CCQ
+    read, on the benchmark's inputs (B, T) and shapes."""
+    import jax
+    import jax.numpy as jnp
+
+    import ccq_jax.ops.pallas as backend
+    from pallas_kernels import ccq_read, delta_rule, delta_wy
+    from pallas_kernels import linear_attention as la
+
+    C = 64
+    jit = jax.jit
+    x = _inputs(family, B, T)
+    q, k, v, _, beta, lam, do = ours_args(x, grad=True)  # beta: the gated delta rule's (GLA: unused)
+    lay = backend._layout(jnp.zeros((B, T), jnp.int32), C)
+    gate = "channel" if family == "gla" else "head"
+    G = backend._chunk_cumsum(jnp.asarray(x["g"]), C)
+    H, K, V = q.shape[2], q.shape[3], v.shape[3]
+    h0 = jnp.zeros((B, H, K, V), jnp.float32)
+    kw = dict(chunk=C, interpret=backend._interpret())
+    scores = jit(lambda q, k, G: la.intra_scores(q, k, G, lay.dd, gate=gate, **kw))
+    try:
+        A = scores(q, k, G)
+    except Exception as err:  # the other kernels need the scores: this family's column stays empty
+        print(f"{family}: intra_scores failed: {str(err)[:200]}", flush=True)
+        return
+    timed("intra_scores", scores, q, k, G)
+    states = jnp.zeros((B, T // C, H, K, V), jnp.bfloat16)  # the kernels' [B, N, H, K, V], stored bf16
+    timed("chunk_out", jit(lambda q, G, S, A, v: la.chunk_out(
+        q, G, lay.reads, S, A, v, gate=gate, side="read", transpose_scores=False, s_inter=1.0, s_intra=1.0,
+        out_dtype=jnp.bfloat16, **kw)), q, G, states, A, v)
+    timed("chunk_dscores", jit(lambda do, v: la.chunk_dscores(do, v, lay.dd, scale=1.0, **kw)), do, v)
+    if family == "gla":
+        g = jnp.asarray(x["g"])
+        timed("gate_cumsum", jit(lambda g: la.gate_cumsum(g, **kw)), g)
+        timed("gate cumsum (XLA)", jit(lambda g: backend._chunk_cumsum(g, C)), g)
+        timed("chunk_states", jit(lambda k, v, G: la.chunk_states(
+            k, v, G, lay.writes, lay.keep, h0, gate=gate, side="write", store=jnp.bfloat16, **kw)), k, v, G)
+        timed("diagonal_scores", jit(lambda q, k, G, A: la.diagonal_scores(q, k, G, lay.dd, A, **kw)), q, k, G, A)
+        diag = jit(lambda q, k, G, A: la.diagonal_dqk(q, k, G, A, **kw))
+        timed("diagonal_dqk", diag, q, k, G, A)
+        timed("chunk_dqk", jit(lambda q, k, v, do, G, S, A, D: la.chunk_dqk(
+            q, k, v, do, G, lay.reads, lay.writes, lay.keep, S, S, A, D, gate=gate, scale=1.0, **kw)),
+            q, k, v, do, G, states, A, diag(q, k, G, A))
+    else:
+        w, factors = k, backend._head_factors(G, lay, C)
+        timed("delta_states", jit(lambda w, u, k, f: delta_rule.delta_states(
+            w, u, k, f.write, f.decay, h0, store=jnp.bfloat16, **kw)), w, v, k, factors)
+        timed("delta_dstates", jit(lambda q, k, do, f: delta_rule.delta_dstates(
+            q, k, k, do, do.astype(jnp.float32), *f, h0, scale=1.0, store=jnp.bfloat16, **kw)),
+            q, k, do, factors)
+        inverse = jit(lambda k, G, beta: delta_wy.wy_inverse(k, G, beta, lay.dd, **kw))
+        timed("wy_inverse", inverse, k, G, beta)
+        chunks_T = inverse(k, G, beta)
+        timed("wy_apply", jit(lambda T, k, v, G, beta: delta_wy.wy_apply(
+            T, k, v, G, beta, lay.reads, **kw)), chunks_T, k, v, G, beta)
+        timed("wy_gradient", jit(lambda k, v, G, beta, T, dw, du, dk: delta_wy.wy_gradient(
+            k, v, G, beta, lay.reads, lay.dd, T, dw, du, dk, **kw)), k, v, G, beta, chunks_T, k, do,
+            k.astype(jnp.float32))
+        timed("delta_dqkwg", jit(lambda q, k, do, G, A, S: delta_rule.delta_dqkwg(
+            q, k, do, do, do, G, A, lay.reads, lay.writes, lay.keep, S, S, scale=1.0, **kw)),
+            q, k, do, G, A, states)
+        xla_wy = lambda k, v, G, beta: backend._delta_wy(k, v, G, beta, lay, C)
+        timed("delta_wy (XLA)", jit(xla_wy), k, v, G, beta)
+        timed("delta_wy vjp (XLA)", jit(lambda k, v, G, beta, dw, du: jax.vjp(xla_wy, k, v, G, beta)[1](
+            (dw.astype(jnp.float32), du.astype(jnp.float32)))), k, v, G, beta, k, do)
+    c = q.astype(jnp.float32)  # the CCQ read's ends, 16 or 32 rows a program
+    sums, counts = jnp.zeros((B, T // C, H, K), jnp.float32), jnp.ones((B, T // C, H), jnp.float32)
+    for n_rows in (16, 32):
+        ccq_kw = dict(kw, rows=n_rows)
+        timed(f"clean_query/{n_rows}", jit(lambda q, k, c, lam: ccq_read.clean_query(
+            q, k, c, lam, lay.reads, lay.dd, sums, counts, centered=True, **ccq_kw)), q, k, c, lam)
+        timed(f"clean_query_grad/{n_rows}", jit(lambda g, q, k, c, lam: ccq_read.clean_query_grad(
+            g, q, k, c, lam, lay.reads, lay.dd, sums, counts, centered=True, **ccq_kw)), q, q, k, c, lam)
+        timed(f"key_grad/{n_rows}", jit(lambda k, dk, dv, dm: ccq_read.key_grad(
+            k, (dk, dv), dm, sums, lay.writes, lay.dd, eps=1e-6, **ccq_kw)), k, k, k, c)
+    # the CCQ covariance: an ungated linear attention with values k (K = V), its kernels as _ccq_read runs them
+    cov_kw = dict(kw, gate=None)
+    cov_scores = jit(lambda q, k: la.intra_scores(q, k, None, lay.dd, **cov_kw))
+    timed("cov intra_scores", cov_scores, q, k)
+    A_cov, h0_cov = cov_scores(q, k), jnp.zeros((B, H, K, K), jnp.float32)
+    timed("cov chunk_states", jit(lambda k: la.chunk_states(
+        k, k, None, lay.writes, lay.keep, h0_cov, side="write", store=jnp.bfloat16, **cov_kw)), k)
+    timed("cov chunk_states (reverse)", jit(lambda q, dc: la.chunk_states(
+        q, dc, None, lay.reads, lay.keep, h0_cov, side="read", reverse=True, scale=1.0, store=jnp.bfloat16,
+        **cov_kw)), q, k)
+    cov_states = jnp.zeros((B, T // C, H, K, K), jnp.bfloat16)
+    timed("cov chunk_out", jit(lambda q, S, A, k: la.chunk_out(
+        q, None, lay.reads, S, A, k, side="read", transpose_scores=False, s_inter=1.0, s_intra=1.0,
+        out_dtype=jnp.float32, **cov_kw)), q, cov_states, A_cov, k)
+    timed("cov chunk_dqk", jit(lambda q, k, dc, S, A: la.chunk_dqk(
+        q, k, k, dc, None, lay.reads, lay.writes, lay.keep, S, S, A, None, scale=1.0, **cov_kw)),
+        q, k, k, cov_states, A_cov)
+
+
+@contextlib.contextmanager
+def _tilings(width, warps, stages):
+    """Every kernel's tile width, warps and stages overridden ("default": the kernel's own), restored on exit."""
+    from pallas_kernels import _tiles, ccq_read, delta_rule, delta_wy
+    from pallas_kernels import linear_attention as la
+
+    own_block, own_launch = la.block, _tiles.launch
+    chosen = {key: n for key, n in (("num_warps", warps), ("num_stages", stages)) if n != "default"}
+    block = own_block if width == "default" else lambda d, cap=None: min(d, width)
+    try:
+        for mod in (la, delta_rule, delta_wy):
+            mod.block = block
+        for mod in (la, delta_rule, delta_wy, ccq_read):  # the override wins, so the column says what ran
+            mod.launch = lambda *args, **kw: own_launch(*args, **{**kw, **chosen})
+        yield
+    finally:
+        for mod in (la, delta_rule, delta_wy):
+            mod.block = own_block
+        for mod in (la, delta_rule, delta_wy, ccq_read):
+            mod.launch = own_launch
+
+
 def breakdown(B, T, reps, configs, families, kernels=None):
     """Times each kernel of the GLA and gated-delta-rule passes alone, for several (tile width, warps, stages)
     settings; "default" in a place keeps each kernel's own choice there. kernels: name parts; only the kernels
     whose names contain one are timed (all when None)."""
     import jax
-    import jax.numpy as jnp
-
-    import ccq_jax.ops.pallas as backend
-    from pallas_kernels import _tiles, ccq_read, delta_rule, delta_wy
-    from pallas_kernels import linear_attention as la
 
     def run(fn, *args):
         try:
@@ -165,108 +278,17 @@ def breakdown(B, T, reps, configs, families, kernels=None):
             return float("nan")
         return _time_queued(fn, args, reps)
 
-    def launch_with(warps, stages):  # overrides the kernels' own settings too, so the column says what ran
-        chosen = {key: n for key, n in (("num_warps", warps), ("num_stages", stages)) if n != "default"}
-        return lambda *args, **kw: own_launch(*args, **{**kw, **chosen})
-
-    C = 64
-    jit = jax.jit
     rows = []
-    own_block, own_launch = la.block, _tiles.launch
     for width, warps, stages in configs:
-        for mod in (la, delta_rule, delta_wy):
-            mod.block = own_block if width == "default" else lambda d, cap=None, w=width: min(d, w)
-        for mod in (la, delta_rule, delta_wy, ccq_read):
-            mod.launch = launch_with(warps, stages)
         for family in families:
-            x = _inputs(family, B, T)
-            q, k, v, _, beta, lam, do = ours_args(x, grad=True)  # beta: the gated delta rule's (GLA: unused)
-            lay = backend._layout(jnp.zeros((B, T), jnp.int32), C)
-            gate = "channel" if family == "gla" else "head"
-            G = backend._chunk_cumsum(jnp.asarray(x["g"]), C)
-            H, K, V = q.shape[2], q.shape[3], v.shape[3]
-            h0 = jnp.zeros((B, H, K, V), jnp.float32)
-            kw = dict(chunk=C, interpret=backend._interpret())
-            scores = jit(lambda q, k, G: la.intra_scores(q, k, G, lay.dd, gate=gate, **kw))
-            try:
-                A = scores(q, k, G)
-            except Exception as err:  # the other kernels need the scores: this family's column stays empty
-                print(f"{family} {width}/{warps}/{stages}: intra_scores failed: {str(err)[:200]}", flush=True)
-                continue
             t = {}
 
             def timed(name, fn, *args):
                 if kernels is None or any(part in name for part in kernels):
                     t[name] = run(fn, *args)
 
-            timed("intra_scores", scores, q, k, G)
-            states = jnp.zeros((B, T // C, H, K, V), jnp.bfloat16)  # the kernels' [B, N, H, K, V], stored bf16
-            timed("chunk_out", jit(lambda q, G, S, A, v: la.chunk_out(
-                q, G, lay.reads, S, A, v, gate=gate, side="read", transpose_scores=False, s_inter=1.0, s_intra=1.0,
-                out_dtype=jnp.bfloat16, **kw)), q, G, states, A, v)
-            timed("chunk_dscores", jit(lambda do, v: la.chunk_dscores(do, v, lay.dd, scale=1.0, **kw)), do, v)
-            if family == "gla":
-                g = jnp.asarray(x["g"])
-                timed("gate_cumsum", jit(lambda g: la.gate_cumsum(g, **kw)), g)
-                timed("gate cumsum (XLA)", jit(lambda g: backend._chunk_cumsum(g, C)), g)
-                timed("chunk_states", jit(lambda k, v, G: la.chunk_states(
-                    k, v, G, lay.writes, lay.keep, h0, gate=gate, side="write", store=jnp.bfloat16, **kw)), k, v, G)
-                timed("diagonal_scores", jit(lambda q, k, G, A: la.diagonal_scores(q, k, G, lay.dd, A, **kw)),
-                                           q, k, G, A)
-                diag = jit(lambda q, k, G, A: la.diagonal_dqk(q, k, G, A, **kw))
-                timed("diagonal_dqk", diag, q, k, G, A)
-                timed("chunk_dqk", jit(lambda q, k, v, do, G, S, A, D: la.chunk_dqk(
-                    q, k, v, do, G, lay.reads, lay.writes, lay.keep, S, S, A, D, gate=gate, scale=1.0, **kw)),
-                    q, k, v, do, G, states, A, diag(q, k, G, A))
-            else:
-                w, factors = k, backend._head_factors(G, lay, C)
-                timed("delta_states", jit(lambda w, u, k, f: delta_rule.delta_states(
-                    w, u, k, f.write, f.decay, h0, store=jnp.bfloat16, **kw)), w, v, k, factors)
-                timed("delta_dstates", jit(lambda q, k, do, f: delta_rule.delta_dstates(
-                    q, k, k, do, do.astype(jnp.float32), *f, h0, scale=1.0, store=jnp.bfloat16, **kw)),
-                    q, k, do, factors)
-                inverse = jit(lambda k, G, beta: delta_wy.wy_inverse(k, G, beta, lay.dd, **kw))
-                timed("wy_inverse", inverse, k, G, beta)
-                chunks_T = inverse(k, G, beta)
-                timed("wy_apply", jit(lambda T, k, v, G, beta: delta_wy.wy_apply(
-                    T, k, v, G, beta, lay.reads, **kw)), chunks_T, k, v, G, beta)
-                timed("wy_gradient", jit(lambda k, v, G, beta, T, dw, du, dk: delta_wy.wy_gradient(
-                    k, v, G, beta, lay.reads, lay.dd, T, dw, du, dk, **kw)), k, v, G, beta, chunks_T, k, do,
-                    k.astype(jnp.float32))
-                timed("delta_dqkwg", jit(lambda q, k, do, G, A, S: delta_rule.delta_dqkwg(
-                    q, k, do, do, do, G, A, lay.reads, lay.writes, lay.keep, S, S, scale=1.0, **kw)),
-                    q, k, do, G, A, states)
-                xla_wy = lambda k, v, G, beta: backend._delta_wy(k, v, G, beta, lay, C)
-                timed("delta_wy (XLA)", jit(xla_wy), k, v, G, beta)
-                timed("delta_wy vjp (XLA)", jit(lambda k, v, G, beta, dw, du: jax.vjp(xla_wy, k, v, G, beta)[1](
-                    (dw.astype(jnp.float32), du.astype(jnp.float32)))), k, v, G, beta, k, do)
-            c = q.astype(jnp.float32)  # the CCQ read's ends, 16 or 32 rows a program
-            sums, counts = jnp.zeros((B, T // C, H, K), jnp.float32), jnp.ones((B, T // C, H), jnp.float32)
-            for n_rows in (16, 32):
-                ccq_kw = dict(kw, rows=n_rows)
-                timed(f"clean_query/{n_rows}", jit(lambda q, k, c, lam: ccq_read.clean_query(
-                    q, k, c, lam, lay.reads, lay.dd, sums, counts, centered=True, **ccq_kw)), q, k, c, lam)
-                timed(f"clean_query_grad/{n_rows}", jit(lambda g, q, k, c, lam: ccq_read.clean_query_grad(
-                    g, q, k, c, lam, lay.reads, lay.dd, sums, counts, centered=True, **ccq_kw)), q, q, k, c, lam)
-                timed(f"key_grad/{n_rows}", jit(lambda k, dk, dv, dm: ccq_read.key_grad(
-                    k, (dk, dv), dm, sums, lay.writes, lay.dd, eps=1e-6, **ccq_kw)), k, k, k, c)
-            # the CCQ covariance: an ungated linear attention with values k (K = V), its kernels as _ccq_read runs them
-            cov_kw = dict(kw, gate=None)
-            cov_scores = jit(lambda q, k: la.intra_scores(q, k, None, lay.dd, **cov_kw))
-            timed("cov intra_scores", cov_scores, q, k)
-            A_cov, h0_cov = cov_scores(q, k), jnp.zeros((B, H, K, K), jnp.float32)
-            timed("cov chunk_states", jit(lambda k: la.chunk_states(
-                k, k, None, lay.writes, lay.keep, h0_cov, side="write", store=jnp.bfloat16, **cov_kw)), k)
-            timed("cov chunk_states (reverse)", jit(lambda q, dc: la.chunk_states(
-                q, dc, None, lay.reads, lay.keep, h0_cov, side="read", reverse=True, scale=1.0, store=jnp.bfloat16,
-                **cov_kw)), q, k)
-            cov_states = jnp.zeros((B, T // C, H, K, K), jnp.bfloat16)
-            timed("cov chunk_out", jit(lambda q, S, A, k: la.chunk_out(
-                q, None, lay.reads, S, A, k, side="read", transpose_scores=False, s_inter=1.0, s_intra=1.0,
-                out_dtype=jnp.float32, **cov_kw)), q, cov_states, A_cov, k)
-            timed("cov chunk_dqk", jit(lambda q, k, dc, S, A: la.chunk_dqk(
-                q, k, k, dc, None, lay.reads, lay.writes, lay.keep, S, S, A, None, scale=1.0, **cov_kw)),
-                q, k, k, cov_states, A_cov)
+            with _tilings(width, warps, stages):
+                _kernel_times(family, B, T, timed)
             for name, ms in t.items():
                 rows.append(dict(family=family, kernel=name, width=width, warps=warps, stages=stages, ms=ms))
                 print(rows[-1], flush=True)

@@ -84,6 +84,8 @@ def delta_dstates(q, k, w, do, dv_local, read, write, decay, dfinal, *, chunk, s
     """
     b_, tp, heads, dk = k.shape
     dv = do.shape[-1]
+    # fla's bwd_dhu tiling (H200, B = 4, T = 4096, H = 6, V = 512): 0.82 ms in the fwd+bwd profile against 1.02 for
+    # 64-wide slabs at 8 warps with k's decay on its [C, K] tile (k straight into its dot asks too much memory there)
     bv, options = _tiling(dv, k.dtype, warps=4, width=32)
     n_chunks = tp // chunk
     ks = pl.ds(0, dk)

@@ -220,8 +220,8 @@ def wy_gradient(k, v, g, beta, reads, dd, inverse, dw, du, dk_rest, *, chunk, in
     outs = (jax.ShapeDtypeStruct(k.shape, k.dtype), jax.ShapeDtypeStruct(v.shape, v.dtype), gates, gates)
     # half precision, 4 warps and 3 stages: 0.34 ms on the H200 (bf16, B=4, T=4096, H=6, K=256, V=512) against
     # 0.46 at 8 warps, although Triton 3.6 offline spills 1,080 bytes there against 80 (0.41 ms and 1,376 bytes
-    # since it also adds dk_rest, which saves two XLA passes over dk; 956 bytes with `fp32_dot` forming the lo
-    # parts late, not yet timed); fp32 keeps 8 warps
+    # since it also adds dk_rest, which saves two XLA passes over dk; 956 bytes and 0.39 ms in the fwd+bwd profile
+    # with `fp32_dot` forming the lo parts late); fp32 keeps 8 warps
     wide = jnp.dtype(dtype).itemsize >= 4
     return launch(kernel, outs, (tp // chunk, b_ * heads), interpret=interpret, num_warps=8 if wide else 4,
                   num_stages=2 if wide else 3, name="wy_gradient")(k, v, g, beta, reads, dd, inverse, dw, du, dk_rest)
