@@ -175,16 +175,20 @@ def _kernel_times(family, B, T, timed):
         return
     timed("intra_scores", scores, q, k, G)
     states = jnp.zeros((B, T // C, H, K, V), jnp.bfloat16)  # the kernels' [B, N, H, K, V], stored bf16
-    timed("chunk_out", jit(lambda q, G, S, A, v: la.chunk_out(
-        q, G, lay.reads, S, A, v, gate=gate, side="read", transpose_scores=False, s_inter=1.0, s_intra=1.0,
-        out_dtype=jnp.bfloat16, **kw)), q, G, states, A, v)
+    # GLA's per-channel gates are applied to q beforehand (gated_inputs): there it runs ungated
+    out_gate, out_G = ("head", G) if gate == "head" else (None, None)
+    timed("chunk_out", jit(lambda q, S, A, v: la.chunk_out(
+        q, out_G, lay.reads, S, A, v, gate=out_gate, transpose_scores=False, s_inter=1.0, s_intra=1.0,
+        out_dtype=jnp.bfloat16, **kw)), q, states, A, v)
     timed("chunk_dscores", jit(lambda do, v: la.chunk_dscores(do, v, lay.dd, scale=1.0, **kw)), do, v)
     if family == "gla":
         g = jnp.asarray(x["g"])
-        timed("gate_cumsum", jit(lambda g: la.gate_cumsum(g, **kw)), g)
-        timed("gate cumsum (XLA)", jit(lambda g: backend._chunk_cumsum(g, C)), g)
+        timed("gated_inputs", jit(lambda g, q, k: la.gated_inputs(
+            g, q, k, lay.reads, lay.writes, cumsum=True, **kw)), g, q, k)
+        timed("gated_inputs (G given)", jit(lambda G, q, k: la.gated_inputs(
+            G, q, k, lay.reads, lay.writes, cumsum=False, **kw)), G, q, k)
         timed("chunk_states", jit(lambda k, v, G: la.chunk_states(
-            k, v, G, lay.writes, lay.keep, h0, gate=gate, side="write", store=jnp.bfloat16, **kw)), k, v, G)
+            k, v, G, None, lay.keep, h0, gate=gate, store=jnp.bfloat16, **kw)), k, v, G)
         timed("diagonal_scores", jit(lambda q, k, G, A: la.diagonal_scores(q, k, G, lay.dd, A, **kw)), q, k, G, A)
         diag = jit(lambda q, k, G, A: la.diagonal_dqk(q, k, G, A, **kw))
         timed("diagonal_dqk", diag, q, k, G, A)
@@ -229,13 +233,12 @@ def _kernel_times(family, B, T, timed):
     timed("cov intra_scores", cov_scores, q, k)
     A_cov, h0_cov = cov_scores(q, k), jnp.zeros((B, H, K, K), jnp.float32)
     timed("cov chunk_states", jit(lambda k: la.chunk_states(
-        k, k, None, lay.writes, lay.keep, h0_cov, side="write", store=jnp.bfloat16, **cov_kw)), k)
+        k, k, None, lay.writes, lay.keep, h0_cov, store=jnp.bfloat16, **cov_kw)), k)
     timed("cov chunk_states (reverse)", jit(lambda q, dc: la.chunk_states(
-        q, dc, None, lay.reads, lay.keep, h0_cov, side="read", reverse=True, scale=1.0, store=jnp.bfloat16,
-        **cov_kw)), q, k)
+        q, dc, None, lay.reads, lay.keep, h0_cov, reverse=True, scale=1.0, store=jnp.bfloat16, **cov_kw)), q, k)
     cov_states = jnp.zeros((B, T // C, H, K, K), jnp.bfloat16)
     timed("cov chunk_out", jit(lambda q, S, A, k: la.chunk_out(
-        q, None, lay.reads, S, A, k, side="read", transpose_scores=False, s_inter=1.0, s_intra=1.0,
+        q, None, lay.reads, S, A, k, transpose_scores=False, s_inter=1.0, s_intra=1.0,
         out_dtype=jnp.float32, **cov_kw)), q, cov_states, A_cov, k)
     timed("cov chunk_dqk", jit(lambda q, k, dc, S, A: la.chunk_dqk(
         q, k, k, dc, None, lay.reads, lay.writes, lay.keep, S, S, A, None, scale=1.0, **cov_kw)),

@@ -8,14 +8,16 @@ per-chunk states `[B, N, H, K, V]`; intra-chunk score matrices `[B, H, Tp, C]` (
 n holds token i's scores against the C tokens of its chunk). See `_tiles` for the gate modes.
 
 The pieces:
-  gate_cumsum   G, the in-chunk cumsum of per-channel log gates
+  gated_inputs  G, the in-chunk cumsum of per-channel log gates, and q, k with their factors applied
   intra_scores  A_ij = sum_k q_ik k_jk exp(G_ik - G_jk) for j <= i in one document (per-channel
                 gates by secondary chunking: off-diagonal 16-blocks factor through a reference
                 row so that every exponent is <= 0; `diagonal_scores` fills the diagonal blocks
                 with the exact pairwise decay, one program per 16-token block)
   chunk_states  S <- exp(G_last) keep S + scale (x * f)^T y, chunk by chunk (or from the end),
-                optionally storing the state entering every chunk
-  chunk_out     out = s_inter (x * f) S_n + s_intra A y   (A or A^T)
+                optionally storing the state entering every chunk (per-channel gates: x * f
+                from `gated_inputs`)
+  chunk_out     out = s_inter (x * f) S_n + s_intra A y   (A or A^T; gates per head or none:
+                per-channel ones are applied to x beforehand)
   chunk_dscores dA = scale (do y^T) on the causal same-document pairs
   chunk_dqk     dq, dk (and dg for per-channel gates) of the GLA form from dA, the states and
                 their gradients (the diagonal 16-blocks of dA come from `diagonal_dqk`)
@@ -41,20 +43,35 @@ def _split_gate(refs, gate):
     return (refs.pop(0) if gate else None), refs
 
 
-def gate_cumsum(g, *, chunk, interpret):
-    """G [B, Tp, H, K] fp32: the inclusive cumsum of the per-channel log gates inside each chunk (fla's
-    `chunk_local_cumsum`), one program per chunk, head and K tile."""
+def gated_inputs(g, q, k, reads, writes, *, chunk, cumsum, interpret):
+    """Per-channel gates applied once: (G, q exp(G) reads, k exp(G_last - G) writes), the last two in q's and k's
+    dtype (the dots take them so), for the passes that read q against the state entering a chunk (`chunk_out`,
+    the reverse `chunk_states`) or write k into the state leaving it (`chunk_states`, dv's `chunk_out`), where
+    fla applies the gates inside each of those kernels, sequential loops included. One program per chunk, head
+    and K tile. cumsum: g are the raw log gates and G [B, Tp, H, K] fp32, their inclusive cumsum inside each
+    chunk (fla's `chunk_local_cumsum`), is formed and returned; else g is G already and None takes its place."""
     b_, tp, heads, dk = g.shape
     bk = block(dk)
 
-    def kernel(g_ref, out_ref):
+    def kernel(g_ref, q_ref, k_ref, r_ref, w_ref, *outs):
         n, kt = pl.program_id(0), pl.program_id(2)
         b, h = batch_head(1, heads)
         rows, ks = pl.ds(n * chunk, chunk), pl.ds(kt * bk, bk)
-        out_ref[b, rows, h, ks] = jnp.cumsum(g_ref[b, rows, h, ks].astype(f32), axis=0)
+        G = g_ref[b, rows, h, ks].astype(f32)
+        if cumsum:
+            g_out, *outs = outs
+            G = jnp.cumsum(G, axis=0)
+            g_out[b, rows, h, ks] = G
+        q_out, k_out = outs
+        G_last = jnp.sum(jnp.where((iota(chunk) == chunk - 1)[:, None], G, 0.0), axis=0)  # the last row, exactly
+        q_out[b, rows, h, ks] = (tile(q_ref, b, rows, h, ks) * from_start(G, r_ref[b, rows])).astype(q_out.dtype)
+        k_out[b, rows, h, ks] = (tile(k_ref, b, rows, h, ks) * to_end(G, G_last, w_ref[b, rows])).astype(k_out.dtype)
 
-    return launch(kernel, jax.ShapeDtypeStruct(g.shape, f32), (tp // chunk, b_ * heads, dk // bk),
-                  interpret=interpret, name="gate_cumsum")(g)
+    outs = (jax.ShapeDtypeStruct(q.shape, q.dtype), jax.ShapeDtypeStruct(k.shape, k.dtype))
+    outs = ((jax.ShapeDtypeStruct(g.shape, f32),) if cumsum else ()) + outs
+    res = launch(kernel, outs, (tp // chunk, b_ * heads, dk // bk), interpret=interpret, name="gated_inputs")(
+        g, q, k, reads, writes)
+    return tuple(res) if cumsum else (None, *res)
 
 
 def intra_scores(q, k, g, dd, *, chunk, gate, interpret):
@@ -133,21 +150,16 @@ def diagonal_scores(q, k, g, dd, scores, *, chunk, interpret):
                   name="diagonal_scores")(q, k, g, dd, scores)
 
 
-def _factor_in(x, y, f):
-    """(x, y) with the factor f of x's rows taken in: into x when it is per channel ([C, BK]), else into y
-    (a per-token [C, 1] factor scales the rows of either; x then enters the dot as loaded)."""
-    if f.shape[1] == 1:
-        return x, (y.astype(f32) * f).astype(y.dtype)
-    return (x.astype(f32) * f).astype(x.dtype), y
-
-
-def chunk_states(x, y, g, mask, keep, h0, *, chunk, gate, side, reverse=False, scale=1.0, store=None,
-                 interpret):
-    """The state pass. side="write": x are keys (f = exp(G_last - G) * mask); "read": queries (f = exp(G) * mask).
+def chunk_states(x, y, g, mask, keep, h0, *, chunk, gate, reverse=False, scale=1.0, store=None, interpret):
+    """The state pass: S <- decay S + scale x^T y chunk by chunk (from the end with reverse=True, the backward
+    pass of the state gradient). Per-channel gates: x carries its in-chunk factor already (`gated_inputs`: keys
+    decayed to their chunk's end, or queries from its start), g (G) gives the chunk decay exp(G_last) keep, and
+    mask is None; no gates: mask (0/1 per token) scales the rows of y and the decay is keep.
 
     Returns (the state entering each step `[B, N, H, K, V]` in dtype `store`, or None; the final state fp32).
-    With reverse=True the chunks are walked from the end (the backward pass of the state gradient).
     """
+    if gate == "head":
+        raise ValueError("chunk_states: gates per channel or none (the gated delta rule has delta_states)")
     b_, tp, heads, dk = x.shape
     dv = y.shape[-1]
     # ungated (the CCQ covariance: K = V, so fewer programs): 64-wide tiles at 4 warps, 0.12-0.14 ms against
@@ -158,7 +170,8 @@ def chunk_states(x, y, g, mask, keep, h0, *, chunk, gate, side, reverse=False, s
 
     def kernel(x_ref, y_ref, *refs):
         g_ref, refs = _split_gate(refs, gate)
-        m_ref, keep_ref, h0_ref, *outs = refs
+        m_ref, refs = (refs[0], refs[1:]) if gate is None else (None, refs)
+        keep_ref, h0_ref, *outs = refs
         hs_ref = outs.pop(0) if store else None
         (ht_ref,) = outs
         kt, vt = pl.program_id(0), pl.program_id(1)
@@ -168,15 +181,14 @@ def chunk_states(x, y, g, mask, keep, h0, *, chunk, gate, side, reverse=False, s
         chunk_at = lambda i: jnp.maximum(n_chunks - 1 - i, 0) if reverse else jnp.minimum(i, n_chunks - 1)
 
         def contribution(n):
-            """(decay [BK, 1], scale (x f)^T y [BK, BV]) of chunk n: what the state does not enter."""
+            """(decay [BK, 1], scale x^T y [BK, BV]) of chunk n: what the state does not enter."""
             t0 = n * chunk
             rows = pl.ds(t0, chunk)
-            G = gate_tile(g_ref, gate, b, rows, h, ks)
+            y = y_ref[b, rows, h, vs]
+            if m_ref is not None:  # a per-token factor: on y's rows, so that x enters the dot as loaded
+                y = (y.astype(f32) * m_ref[b, rows][:, None]).astype(y.dtype)
+            update = scale * dot(x_ref[b, rows, h, ks], y, trans_a=True)
             G_last = gate_row(g_ref, gate, b, t0 + chunk - 1, h, ks)
-            m = m_ref[b, rows]
-            f = to_end(G, G_last, m) if side == "write" else from_start(G, m)
-            x_f, y_f = _factor_in(x_ref[b, rows, h, ks], y_ref[b, rows, h, vs], f)
-            update = scale * dot(x_f, y_f, trans_a=True)
             return jnp.reshape(chunk_decay(G_last, keep_ref[b, pl.ds(n, 1)]), (-1, 1)), update
 
         def step(i, carry):  # chunk i+1's loads and dot are issued before chunk i's state update needs its own
@@ -189,7 +201,7 @@ def chunk_states(x, y, g, mask, keep, h0, *, chunk, gate, side, reverse=False, s
         init = (h0_ref[b, h, ks, vs].astype(f32), *contribution(chunk_at(0)))
         ht_ref[b, h, ks, vs] = jax.lax.fori_loop(0, n_chunks, step, init)[0]
 
-    args = (x, y) + ((g,) if gate else ()) + (mask, keep, h0)
+    args = (x, y) + ((g,) if gate else (mask,)) + (keep, h0)
     final = jax.ShapeDtypeStruct((b_, heads, dk, dv), f32)
     outs = ((jax.ShapeDtypeStruct((b_, n_chunks, heads, dk, dv), store),) if store else ()) + (final,)
     res = launch(kernel, outs, (dk // bk, dv // bv, b_ * heads), interpret=interpret, num_warps=warps,
@@ -197,12 +209,16 @@ def chunk_states(x, y, g, mask, keep, h0, *, chunk, gate, side, reverse=False, s
     return (res[0], res[1]) if store else (None, res[0])
 
 
-def chunk_out(x, g, mask, states, scores, y, *, chunk, gate, side, transpose_scores, s_inter, s_intra, out_dtype,
+def chunk_out(x, g, mask, states, scores, y, *, chunk, gate, transpose_scores, s_inter, s_intra, out_dtype,
               interpret):
     """Per chunk n: out = s_inter (x * f) @ states_n + s_intra A @ y (A^T with transpose_scores); [B, Tp, H, V].
 
-    With states=None only the intra-chunk term is formed (x, g and mask are then unused).
+    f scales x's rows: exp(G) mask with gates per head (queries against the state entering their chunk), mask
+    without gates (per-channel gates are applied to x beforehand: `gated_inputs`). With states=None only the
+    intra-chunk term is formed (x, g and mask are then unused).
     """
+    if gate == "channel":
+        raise ValueError("chunk_out: per-channel gates are applied to x beforehand (gated_inputs)")
     b_, tp, heads, dk = x.shape
     dv = y.shape[-1]
     bk, bv = block(dk), block(dv)
@@ -215,30 +231,17 @@ def chunk_out(x, g, mask, states, scores, y, *, chunk, gate, side, transpose_sco
         a_ref, y_ref, o_ref = refs
         vt, n = pl.program_id(0), pl.program_id(1)
         b, h = batch_head(2, heads)
-        t0 = n * chunk
-        rows, vs = pl.ds(t0, chunk), pl.ds(vt * bv, bv)
+        rows, vs = pl.ds(n * chunk, chunk), pl.ds(vt * bv, bv)
         out = s_intra * dot(a_ref[b, h, rows, :].astype(y_ref.dtype), y_ref[b, rows, h, vs],
                             trans_a=transpose_scores)
         if inter:
-            m = m_ref[b, rows]
-
-            def factor(ks):  # f of the x rows on columns ks: [C, BK] per channel, [C, 1] per token
-                G = gate_tile(g_ref, gate, b, rows, h, ks)
-                if side == "write":
-                    return to_end(G, gate_row(g_ref, gate, b, t0 + chunk - 1, h, ks), m)
-                return from_start(G, m)
-
             def k_step(kt, acc):  # a loop, not unrolled: Triton pipelines its loads (num_stages)
                 ks = pl.ds(kt * bk, bk)
-                xt = x_ref[b, rows, h, ks]
-                if gate == "channel":
-                    xt = (xt.astype(f32) * factor(ks)).astype(x_ref.dtype)
-                return acc + dot(xt, hs_ref[b, n, h, ks, vs].astype(x_ref.dtype))
+                return acc + dot(x_ref[b, rows, h, ks], hs_ref[b, n, h, ks, vs].astype(x_ref.dtype))
 
             acc = jax.lax.fori_loop(0, dk // bk, k_step, jnp.zeros((chunk, bv), f32))
-            if gate != "channel":  # a per-token factor scales the rows of the whole product, once
-                acc = acc * factor(pl.ds(0, bk))
-            out = out + s_inter * acc
+            # the per-token factor scales the rows of the whole product, once
+            out = out + s_inter * acc * from_start(gate_tile(g_ref, gate, b, rows, h, None), m_ref[b, rows])
         o_ref[b, rows, h, vs] = out.astype(o_ref.dtype)
 
     args = ((x,) + ((g,) if gate else ()) + (mask, states) if inter else ()) + (scores, y)

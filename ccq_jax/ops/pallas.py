@@ -17,8 +17,9 @@ chunks, as fla does:
   The CCQ read: the key normalisation and the chunks' key totals in XLA, their scan across chunks
     in XLA (transposed for the backward), the running key sums inside chunks, the cleaned query
     and all their gradients in Pallas (`pallas_kernels.ccq_read`).
-GLA forms its gates' in-chunk cumsum G in Pallas (`gate_cumsum`; the gated delta rule's per-head
-one is XLA's `_chunk_cumsum`) and keeps G (fp32, the size of g) instead of g for the backward.
+GLA forms its gates' in-chunk cumsum G in Pallas (`gated_inputs`, which also applies the gates to q and k
+once for the state passes; the gated delta rule's per-head cumsum is XLA's `_chunk_cumsum`) and keeps G
+(fp32, the size of g) instead of g for the backward, which applies them to q and k again.
 """
 
 import functools
@@ -106,16 +107,27 @@ def _recompute_from(residuals):
 # ---- GLA form (per-channel gates) and the undecayed covariance of the CCQ read -------------------
 
 
+def _gated(g, q, k, lay, chunk, gate, cumsum):
+    """(G, the queries and keys that the state passes take, the masks they still need): per-channel gates
+    applied once (`gated_inputs`; G formed from the raw gates g when cumsum, else g is G), or q and k as they
+    are without gates (the kernels apply the 0/1 masks)."""
+    if not gate:
+        return None, q, k, lay.reads, lay.writes
+    G, q_read, k_write = la.gated_inputs(g, q, k, lay.reads, lay.writes, chunk=chunk, cumsum=cumsum,
+                                         interpret=_interpret())
+    return (G if cumsum else g), q_read, k_write, None, None
+
+
 def _la_forward(q, k, v, g, h0, lay, scale, chunk, gate, out_dtype):
     interpret = _interpret()
-    G = la.gate_cumsum(g, chunk=chunk, interpret=interpret) if gate else None
+    G, q_read, k_write, _, writes = _gated(g, q, k, lay, chunk, gate, cumsum=True)
     scores = la.intra_scores(q, k, G, lay.dd, chunk=chunk, gate=gate, interpret=interpret)
     if gate:
         scores = la.diagonal_scores(q, k, G, lay.dd, scores, chunk=chunk, interpret=interpret)
-    states, final = la.chunk_states(k, v, G, lay.writes, lay.keep, h0, chunk=chunk, gate=gate, side="write",
-                                    store=q.dtype, interpret=interpret)
-    o = la.chunk_out(q, G, lay.reads, states, scores, v, chunk=chunk, gate=gate, side="read",
-                     transpose_scores=False, s_inter=scale, s_intra=scale, out_dtype=out_dtype, interpret=interpret)
+    states, final = la.chunk_states(k_write, v, G, writes, lay.keep, h0, chunk=chunk, gate=gate, store=q.dtype,
+                                    interpret=interpret)
+    o = la.chunk_out(q_read, None, lay.reads, states, scores, v, chunk=chunk, gate=None, transpose_scores=False,
+                     s_inter=scale, s_intra=scale, out_dtype=out_dtype, interpret=interpret)
     return o, final, scores, G
 
 
@@ -137,11 +149,12 @@ def _la_backward(q, k, v, G, h0, lay, scores, do, dfinal, scale, chunk, gate):
     recomputed; G: the gates' in-chunk cumsum."""
     interpret = _interpret()
     common = dict(chunk=chunk, gate=gate, interpret=interpret)
-    states, _ = la.chunk_states(k, v, G, lay.writes, lay.keep, h0, side="write", store=q.dtype, **common)
-    dstates, dh0 = la.chunk_states(q, do, G, lay.reads, lay.keep, dfinal, side="read", reverse=True, scale=scale,
-                                   store=q.dtype, **common)
-    dv = la.chunk_out(k, G, lay.writes, dstates, scores, do, side="write", transpose_scores=True, s_inter=1.0,
-                      s_intra=scale, out_dtype=v.dtype, **common)
+    _, q_read, k_write, reads, writes = _gated(G, q, k, lay, chunk, gate, cumsum=False)
+    states, _ = la.chunk_states(k_write, v, G, writes, lay.keep, h0, store=q.dtype, **common)
+    dstates, dh0 = la.chunk_states(q_read, do, G, reads, lay.keep, dfinal, reverse=True, scale=scale, store=q.dtype,
+                                   **common)
+    dv = la.chunk_out(k_write, None, lay.writes, dstates, scores, do, chunk=chunk, gate=None, transpose_scores=True,
+                      s_inter=1.0, s_intra=scale, out_dtype=v.dtype, interpret=interpret)
     dscores = la.chunk_dscores(do, v, lay.dd, chunk=chunk, scale=scale, interpret=interpret)
     diagonal = la.diagonal_dqk(q, k, G, dscores, chunk=chunk, interpret=interpret) if gate else None
     dq, dk, dg = la.chunk_dqk(q, k, v, do, G, lay.reads, lay.writes, lay.keep, states, dstates, dscores, diagonal,
@@ -354,7 +367,7 @@ def _delta_forward(q, k, v, g, beta, h0, lay, scale, chunk):
     w, u = delta_wy.wy_apply(inverse, k, v, G, beta, lay.reads, chunk=chunk, interpret=interpret)
     states, v_new, final = _delta_pass(k, _head_factors(G, lay, chunk), w, u, h0, chunk)
     scores = la.intra_scores(q, k, G, lay.dd, chunk=chunk, gate="head", interpret=interpret)
-    o = la.chunk_out(q, G, lay.reads, states, scores, v_new, chunk=chunk, gate="head", side="read",
+    o = la.chunk_out(q, G, lay.reads, states, scores, v_new, chunk=chunk, gate="head",
                      transpose_scores=False, s_inter=scale, s_intra=scale, out_dtype=v.dtype, interpret=interpret)
     return o, final, inverse
 
@@ -382,7 +395,7 @@ def _dr_bwd(scale, chunk, res, cts):
     factors = _head_factors(G, lay, chunk)
     states, v_new, _ = _delta_pass(k, factors, w, u, h0, chunk)
     scores = la.intra_scores(q, k, G, lay.dd, chunk=chunk, gate="head", interpret=interpret)
-    dv_local = la.chunk_out(k, None, None, None, scores, do, chunk=chunk, gate=None, side="write",
+    dv_local = la.chunk_out(k, None, None, None, scores, do, chunk=chunk, gate=None,
                             transpose_scores=True, s_inter=0.0, s_intra=scale, out_dtype=q.dtype, interpret=interpret)
     dstates, dv_new, dh0 = delta_rule.delta_dstates(q, k, w, do, dv_local, *factors, dfinal, chunk=chunk,
                                                     scale=scale, store=q.dtype, interpret=interpret)
