@@ -273,13 +273,14 @@ def chunk_dscores(do, y, dd, *, chunk, scale, interpret):
 
 
 def chunk_dqk(q, k, v, do, g, reads, writes, keep, states, dstates, dscores, diagonal, *, chunk, gate, scale,
-              interpret):
+              interpret, dq_rest=None):
     """Gradients of the GLA form (per-channel gates or none) with respect to q, k and (gated) g.
 
     states: the state entering each chunk; dstates: the gradient of the state leaving it (both
     `[B, N, H, K, V]`, in q's dtype or fp32: the dots take them in q's dtype); dscores: `chunk_dscores`
-    of (do, v); diagonal: `diagonal_dqk`'s (dq, dk) with per-channel gates, None without. Returns (dq, dk in
-    q's dtype, dg fp32 or None); dg is the gradient of the raw log gates (the in-chunk reverse cumsum of dG).
+    of (do, v); diagonal: `diagonal_dqk`'s (dq, dk) with per-channel gates, None without; dq_rest (`[B, Tp, H, K]`
+    fp32 or None): a share of dq from elsewhere, added on chip. Returns (dq, dk in q's dtype, dg fp32 or None); dg
+    is the gradient of the raw log gates (the in-chunk reverse cumsum of dG).
     """
     b_, tp, heads, dk = q.shape
     dv = v.shape[-1]
@@ -293,6 +294,7 @@ def chunk_dqk(q, k, v, do, g, reads, writes, keep, states, dstates, dscores, dia
         g_ref, refs = _split_gate(refs, gate)
         r_ref, w_ref, keep_ref, hs_ref, dh_ref, da_ref, *refs = refs
         dqd_ref, dkd_ref, *refs = refs if gate else (None, None, *refs)
+        dqr_ref, *refs = refs if dq_rest is not None else (None, *refs)
         dq_ref, dk_ref, *dg_ref = refs
         kt, n = pl.program_id(0), pl.program_id(1)
         b, h = batch_head(2, heads)
@@ -337,10 +339,13 @@ def chunk_dqk(q, k, v, do, g, reads, writes, keep, states, dstates, dscores, dia
             dG = qf * dq - kf * dk_ + jnp.where((i == chunk - 1)[:, None], dgl[None, :], 0.0)
             upper = (i[:, None] <= i[None, :]).astype(f32)
             dg_ref[0][b, rows, h, ks] = dot(upper, dG)  # sum over the later tokens of the chunk
+        if dqr_ref is not None:
+            dq += dqr_ref[b, rows, h, ks]
         dq_ref[b, rows, h, ks] = dq.astype(dq_ref.dtype)
         dk_ref[b, rows, h, ks] = dk_.astype(dk_ref.dtype)
 
     args = (q, k, v, do) + ((g,) if gate else ()) + (reads, writes, keep, states, dstates, dscores) + (diagonal or ())
+    args += (dq_rest,) if dq_rest is not None else ()
     grad = jax.ShapeDtypeStruct(q.shape, dtype)
     outs = (grad, grad) + ((jax.ShapeDtypeStruct(q.shape, f32),) if gate == "channel" else ())
     res = launch(kernel, outs, (dk // bk, tp // chunk, b_ * heads), interpret=interpret, name="chunk_dqk")(*args)
