@@ -162,10 +162,10 @@ def chunk_states(x, y, g, mask, keep, h0, *, chunk, gate, reverse=False, scale=1
         raise ValueError("chunk_states: gates per channel or none (the gated delta rule has delta_states)")
     b_, tp, heads, dk = x.shape
     dv = y.shape[-1]
-    # ungated (the CCQ covariance: K = V, so fewer programs): 64-wide tiles at 4 warps, 0.12-0.14 ms against
-    # 0.16 at 128 / 8 warps; gated (GLA): 0.28 ms at 128 / 8 against 0.36 at 64 / 4 (H200, B = 4, T = 4096)
-    width, warps = (64, 4) if gate is None else (128, 8)
-    bk, bv = block(dk, width), block(dv, width)
+    # 64-wide tiles, 4 warps, 3 stages (the next chunk's loads in flight): GLA (prescaled keys) 0.144 ms against
+    # 0.177 at 128 / 8 / 2 and 0.163 at 64 / 4 / 2; the CCQ covariance 0.091 against 0.112 at 64 / 4 / 2
+    # (H200, B = 4, T = 4096)
+    bk, bv = block(dk), block(dv)
     n_chunks = tp // chunk
 
     def kernel(x_ref, y_ref, *refs):
@@ -204,7 +204,7 @@ def chunk_states(x, y, g, mask, keep, h0, *, chunk, gate, reverse=False, scale=1
     args = (x, y) + ((g,) if gate else (mask,)) + (keep, h0)
     final = jax.ShapeDtypeStruct((b_, heads, dk, dv), f32)
     outs = ((jax.ShapeDtypeStruct((b_, n_chunks, heads, dk, dv), store),) if store else ()) + (final,)
-    res = launch(kernel, outs, (dk // bk, dv // bv, b_ * heads), interpret=interpret, num_warps=warps,
+    res = launch(kernel, outs, (dk // bk, dv // bv, b_ * heads), interpret=interpret, num_stages=3,
                  name="chunk_states")(*args)
     return (res[0], res[1]) if store else (None, res[0])
 
