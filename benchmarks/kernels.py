@@ -225,8 +225,8 @@ def _kernel_times(family, B, T, timed):
             q, k, c, lam, lay.reads, lay.dd, sums, counts, centered=True, **ccq_kw)), q, k, c, lam)
         timed(f"clean_query_grad/{n_rows}", jit(lambda g, q, k, c, lam: ccq_read.clean_query_grad(
             g, q, k, c, lam, lay.reads, lay.dd, sums, counts, centered=True, **ccq_kw)), q, q, k, c, lam)
-        timed(f"key_grad/{n_rows}", jit(lambda k, dk, dv, dm: ccq_read.key_grad(
-            k, (dk, dv), dm, sums, lay.writes, lay.dd, eps=1e-6, **ccq_kw)), k, k, k, c)
+        timed(f"key_grad/{n_rows}", jit(lambda k, dkh, dm: ccq_read.key_grad(
+            k, dkh, dm, sums, lay.writes, lay.dd, eps=1e-6, **ccq_kw)), k, k, c)
     # the CCQ covariance: an ungated linear attention with values k (K = V), its kernels as _ccq_read runs them
     cov_kw = dict(kw, gate=None)
     cov_scores = jit(lambda q, k: la.intra_scores(q, k, None, lay.dd, **cov_kw))
@@ -240,8 +240,8 @@ def _kernel_times(family, B, T, timed):
     timed("cov chunk_out", jit(lambda q, S, A, k: la.chunk_out(
         q, None, lay.reads, S, A, k, transpose_scores=False, s_inter=1.0, s_intra=1.0,
         out_dtype=jnp.float32, **cov_kw)), q, cov_states, A_cov, k)
-    timed("cov chunk_dqk", jit(lambda q, k, dc, S, A: la.chunk_dqk(
-        q, k, k, dc, None, lay.reads, lay.writes, lay.keep, S, S, A, None, scale=1.0, **cov_kw)),
+    timed("cov chunk_dqk (keys' gradient of both uses)", jit(lambda q, k, dc, S, A: la.chunk_dqk(
+        q, k, k, dc, None, lay.reads, lay.writes, lay.keep, S, S, A, None, scale=1.0, scores=A, **cov_kw)),
         q, k, k, cov_states, A_cov)
 
 

@@ -145,24 +145,20 @@ def clean_query_grad(dqc, q, kh, cov_q, lam, reads, dd, key_sum_in, count_in, *,
     return dq, dc, dlam, dm, per_chunk(dms), per_chunk(dmc)
 
 
-def key_grad(k, dkh_parts, dm, dtotals, writes, dd, *, chunk, eps, interpret, rows=32):
-    """dk in k's dtype from the gradients of the keys k^ (`dkh_parts`: the keys' and the values' of the
-    covariance's linear attention), dm (None: no key-sum term) and the gradients of the chunks' key totals
-    `dtotals` [B, N, H, K] (fp32): dk^ = sum(parts) + (the sum of dm over the later tokens of the same document
-    in the chunk) + writes dtotals_n, then through k^ = k / sqrt(||k||^2 + eps) (eps None: not normalised)."""
+def key_grad(k, dkh, dm, dtotals, writes, dd, *, chunk, eps, interpret, rows=32):
+    """dk in k's dtype from the covariance's gradient of the keys k^ (`dkh`: as the linear attention's keys
+    and values), dm (None: no key-sum term) and the gradients of the chunks' key totals `dtotals` [B, N, H, K]
+    (fp32): dk^ = dkh + (the sum of dm over the later tokens of the same document in the chunk) + writes dtotals_n,
+    then through k^ = k / sqrt(||k||^2 + eps) (eps None: not normalised)."""
     heads, dk = k.shape[2:]
     rows, grid = _grid(rows, chunk, k.shape)
-    n_parts = len(dkh_parts)
 
-    def kernel(k_ref, *refs):
-        parts, (w_ref, dd_ref, dt_ref, *rest) = refs[:n_parts], refs[n_parts:]
+    def kernel(k_ref, dkh_ref, w_ref, dd_ref, dt_ref, *rest):
         dm_ref, (out_ref,) = (rest[0], rest[1:]) if dm is not None else (None, rest)
         at = _place(heads, rows, chunk)
         b, h, tokens = at.b, at.h, at.tokens
         full = pl.ds(0, dk)
-        d = w_ref[b, tokens][:, None] * dt_ref[b, pl.ds(at.n, 1), h, full]
-        for p in parts:
-            d += tile(p, b, tokens, h, full)
+        d = w_ref[b, tokens][:, None] * dt_ref[b, pl.ds(at.n, 1), h, full] + tile(dkh_ref, b, tokens, h, full)
         if dm_ref is not None:
             later = _pairs(dd_ref, at, rows, chunk, later=True).astype(k.dtype)  # 0/1: exact in any dtype
             d += fp32_dot(later, dm_ref[b, at.chunk_tokens, h, full], k.dtype)
@@ -172,5 +168,5 @@ def key_grad(k, dkh_parts, dm, dtotals, writes, dd, *, chunk, eps, interpret, ro
             d = d * r - kf * (jnp.sum(kf * d, axis=1, keepdims=True) * r ** 3)
         out_ref[b, tokens, h, full] = d.astype(out_ref.dtype)
 
-    args = [k, *dkh_parts, writes, dd, dtotals] + ([dm] if dm is not None else [])
+    args = [k, dkh, writes, dd, dtotals] + ([dm] if dm is not None else [])
     return launch(kernel, jax.ShapeDtypeStruct(k.shape, k.dtype), grid, interpret=interpret, name="key_grad")(*args)

@@ -144,21 +144,23 @@ def _la_fwd(q, k, v, g, h0, lay, scale, chunk, gate, out_dtype):
     return (o, final), (q, k, v, G, h0, lay, scores)
 
 
-def _la_backward(q, k, v, G, h0, lay, scores, do, dfinal, scale, chunk, gate, dq_rest=None):
+def _la_backward(q, k, v, G, h0, lay, scores, do, dfinal, scale, chunk, gate, dq_rest=None, shared_keys=False):
     """(dq, dk in q's dtype, dv in v's dtype, dg fp32 or None, dh0) of `_linear_attention`, the states
-    recomputed; G: the gates' in-chunk cumsum; dq_rest (fp32 or None): another share of dq, added on chip."""
+    recomputed; G: the gates' in-chunk cumsum; dq_rest (fp32 or None): another share of dq, added on chip.
+    shared_keys (no gates, v is k: the CCQ covariance): dk is the gradient of both uses and dv None."""
     interpret = _interpret()
     common = dict(chunk=chunk, gate=gate, interpret=interpret)
     _, q_read, k_write, reads, writes = _gated(G, q, k, lay, chunk, gate, cumsum=False)
     states, _ = la.chunk_states(k_write, v, G, writes, lay.keep, h0, store=q.dtype, **common)
     dstates, dh0 = la.chunk_states(q_read, do, G, reads, lay.keep, dfinal, reverse=True, scale=scale, store=q.dtype,
                                    **common)
-    dv = la.chunk_out(k_write, None, lay.writes, dstates, scores, do, chunk=chunk, gate=None, transpose_scores=True,
-                      s_inter=1.0, s_intra=scale, out_dtype=v.dtype, interpret=interpret)
+    dv = None if shared_keys else la.chunk_out(k_write, None, lay.writes, dstates, scores, do, chunk=chunk, gate=None,
+                                              transpose_scores=True, s_inter=1.0, s_intra=scale, out_dtype=v.dtype,
+                                              interpret=interpret)
     dscores = la.chunk_dscores(do, v, lay.dd, chunk=chunk, scale=scale, interpret=interpret)
     diagonal = la.diagonal_dqk(q, k, G, dscores, chunk=chunk, interpret=interpret) if gate else None
     dq, dk, dg = la.chunk_dqk(q, k, v, do, G, lay.reads, lay.writes, lay.keep, states, dstates, dscores, diagonal,
-                              scale=scale, dq_rest=dq_rest, **common)
+                              scale=scale, dq_rest=dq_rest, scores=scores if shared_keys else None, **common)
     return dq, dk, dv, dg, dh0
 
 
@@ -247,9 +249,9 @@ def _ccq_read_bwd(chunk, centered, normalize, res, cts):
     # which have the same shapes
     cotangents = ((dsum_in, dcount_in), (dfinal_sum, dfinal_count))
     (dtotals, _), (dsum0, dcount0) = jax.linear_transpose(scan, *cotangents)(cotangents)
-    dq, dk_cov, dv_cov, _, dcov0 = _la_backward(q, kh, kh, None, cov0, lay, scores, dc, dcov_t, 1.0, chunk, None,
-                                                dq_rest=dq)
-    dk = ccq_read.key_grad(k, (dk_cov, dv_cov), dm, dtotals, lay.writes, lay.dd, chunk=chunk,
+    dq, dkh, _, _, dcov0 = _la_backward(q, kh, kh, None, cov0, lay, scores, dc, dcov_t, 1.0, chunk, None, dq_rest=dq,
+                                        shared_keys=True)
+    dk = ccq_read.key_grad(k, dkh, dm, dtotals, lay.writes, lay.dd, chunk=chunk,
                            eps=L2_NORM_EPS if normalize else None, interpret=interpret)
     return dq, dk, dlam.astype(lam.dtype), dcov0, dsum0, dcount0, None
 
