@@ -208,7 +208,10 @@ def _key_totals(kh, lay, chunk):
     """(sum of the keys each chunk hands on to the next [B, N, H, K] fp32, how many [B, N, H])."""
     b, tp, h, dk = kh.shape
     writes = lay.writes.reshape(b, tp // chunk, chunk)
-    sums = jnp.sum(writes[..., None, None] * _per_chunk(kh, chunk).astype(f32), axis=2)
+    # a product over the chunk's tokens (0/1 writes: exact in kh's dtype), not a sum XLA would run on a transposed
+    # fp32 copy of the keys (H200, CCQ-GLA at B = 4, T = 4096: 0.049 ms for that copy and its sum)
+    sums = jnp.einsum("bnc,bnchk->bnhk", writes.astype(kh.dtype), _per_chunk(kh, chunk), precision=HIGHEST,
+                      preferred_element_type=f32)
     return sums, jnp.broadcast_to(jnp.sum(writes, -1)[..., None], sums.shape[:3])
 
 
