@@ -183,18 +183,15 @@ def _kernel_times(family, B, T, timed):
     timed("chunk_dscores", jit(lambda do, v: la.chunk_dscores(do, v, lay.dd, scale=1.0, **kw)), do, v)
     if family == "gla":
         g = jnp.asarray(x["g"])
-        timed("gated_inputs", jit(lambda g, q, k: la.gated_inputs(
-            g, q, k, lay.reads, lay.writes, cumsum=True, **kw)), g, q, k)
-        timed("gated_inputs (G given)", jit(lambda G, q, k: la.gated_inputs(
-            G, q, k, lay.reads, lay.writes, cumsum=False, **kw)), G, q, k)
+        timed("gated_inputs", jit(lambda g, q, k: la.gated_inputs(g, q, k, lay.reads, lay.writes, **kw)), g, q, k)
         timed("chunk_states", jit(lambda k, v, G: la.chunk_states(
             k, v, G, None, lay.keep, h0, gate=gate, store=jnp.bfloat16, **kw)), k, v, G)
         timed("diagonal_scores", jit(lambda q, k, G, A: la.diagonal_scores(q, k, G, lay.dd, A, **kw)), q, k, G, A)
-        diag = jit(lambda q, k, G, A: la.diagonal_dqk(q, k, G, A, **kw))
+        diag = jit(lambda q, k, G, A: la.diagonal_dqk(q, k, G, A, lay.reads, lay.writes, **kw))
         timed("diagonal_dqk", diag, q, k, G, A)
         timed("chunk_dqk", jit(lambda q, k, v, do, G, S, A, D: la.chunk_dqk(
             q, k, v, do, G, lay.reads, lay.writes, lay.keep, S, S, A, D, gate=gate, scale=1.0, **kw)),
-            q, k, v, do, G, states, A, diag(q, k, G, A))
+            q, k, v, do, G, states, A, diag(q, k, G, A)[:2])
     else:
         w, factors = k, backend._head_factors(G, lay, C)
         timed("delta_states", jit(lambda w, u, k, f: delta_rule.delta_states(

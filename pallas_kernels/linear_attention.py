@@ -43,35 +43,36 @@ def _split_gate(refs, gate):
     return (refs.pop(0) if gate else None), refs
 
 
-def gated_inputs(g, q, k, reads, writes, *, chunk, cumsum, interpret):
+def _gated_tiles(qf, kf, G, G_last, reads, writes, q_out, k_out, at):
+    """Stores q exp(G) reads and k exp(G_last - G) writes of fp32 tiles at `at` (b, rows, h, ks)."""
+    q_out[at] = (qf * from_start(G, reads)).astype(q_out.dtype)
+    k_out[at] = (kf * to_end(G, G_last, writes)).astype(k_out.dtype)
+
+
+def gated_inputs(g, q, k, reads, writes, *, chunk, interpret):
     """Per-channel gates applied once: (G, q exp(G) reads, k exp(G_last - G) writes), the last two in q's and k's
     dtype (the dots take them so), for the passes that read q against the state entering a chunk (`chunk_out`,
     the reverse `chunk_states`) or write k into the state leaving it (`chunk_states`, dv's `chunk_out`), where
-    fla applies the gates inside each of those kernels, sequential loops included. One program per chunk, head
-    and K tile. cumsum: g are the raw log gates and G [B, Tp, H, K] fp32, their inclusive cumsum inside each
-    chunk (fla's `chunk_local_cumsum`), is formed and returned; else g is G already and None takes its place."""
+    fla applies the gates inside each of those kernels, sequential loops included; G [B, Tp, H, K] fp32 is the
+    inclusive cumsum of the raw log gates g inside each chunk (fla's `chunk_local_cumsum`). One program per
+    chunk, head and K tile. The backward's gated q and k come from `diagonal_dqk`, which loads their tiles anyway."""
     b_, tp, heads, dk = g.shape
     bk = block(dk)
 
-    def kernel(g_ref, q_ref, k_ref, r_ref, w_ref, *outs):
+    def kernel(g_ref, q_ref, k_ref, r_ref, w_ref, g_out, q_out, k_out):
         n, kt = pl.program_id(0), pl.program_id(2)
         b, h = batch_head(1, heads)
         rows, ks = pl.ds(n * chunk, chunk), pl.ds(kt * bk, bk)
-        G = g_ref[b, rows, h, ks].astype(f32)
-        if cumsum:
-            g_out, *outs = outs
-            G = jnp.cumsum(G, axis=0)
-            g_out[b, rows, h, ks] = G
-        q_out, k_out = outs
+        G = jnp.cumsum(g_ref[b, rows, h, ks].astype(f32), axis=0)
+        g_out[b, rows, h, ks] = G
         G_last = jnp.sum(jnp.where((iota(chunk) == chunk - 1)[:, None], G, 0.0), axis=0)  # the last row, exactly
-        q_out[b, rows, h, ks] = (tile(q_ref, b, rows, h, ks) * from_start(G, r_ref[b, rows])).astype(q_out.dtype)
-        k_out[b, rows, h, ks] = (tile(k_ref, b, rows, h, ks) * to_end(G, G_last, w_ref[b, rows])).astype(k_out.dtype)
+        _gated_tiles(tile(q_ref, b, rows, h, ks), tile(k_ref, b, rows, h, ks), G, G_last, r_ref[b, rows],
+                     w_ref[b, rows], q_out, k_out, (b, rows, h, ks))
 
-    outs = (jax.ShapeDtypeStruct(q.shape, q.dtype), jax.ShapeDtypeStruct(k.shape, k.dtype))
-    outs = ((jax.ShapeDtypeStruct(g.shape, f32),) if cumsum else ()) + outs
-    res = launch(kernel, outs, (tp // chunk, b_ * heads, dk // bk), interpret=interpret, name="gated_inputs")(
-        g, q, k, reads, writes)
-    return tuple(res) if cumsum else (None, *res)
+    outs = (jax.ShapeDtypeStruct(g.shape, f32), jax.ShapeDtypeStruct(q.shape, q.dtype),
+            jax.ShapeDtypeStruct(k.shape, k.dtype))
+    return tuple(launch(kernel, outs, (tp // chunk, b_ * heads, dk // bk), interpret=interpret,
+                        name="gated_inputs")(g, q, k, reads, writes))
 
 
 def intra_scores(q, k, g, dd, *, chunk, gate, interpret):
@@ -364,15 +365,10 @@ def chunk_dqk(q, k, v, do, g, reads, writes, keep, states, dstates, dscores, dia
     return res[0], res[1], (res[2] if gate == "channel" else None)
 
 
-def _pairwise_decay(g_ref, b, rows, h, ks):
-    """[SUB, SUB, BK]: exp(G_i - G_j) for j <= i inside one sub-block, 0 above the diagonal."""
-    G = g_ref[b, rows, h, ks]
-    i = iota(SUB)
-    return masked_exp(G[:, None, :] - G[None, :, :], (i[:, None] >= i[None, :])[:, :, None])
-
-
-def diagonal_dqk(q, k, g, dscores, *, chunk, interpret):
-    """dq, dk ([B, Tp, H, K] fp32) of each token through the diagonal SUB x SUB block of dA holding it.
+def diagonal_dqk(q, k, g, dscores, reads, writes, *, chunk, interpret):
+    """dq, dk ([B, Tp, H, K] fp32) of each token through the diagonal SUB x SUB block of dA holding it, and from
+    the same tiles the backward's gated q exp(G) reads and k exp(G_last - G) writes (as `gated_inputs`'):
+    (dq, dk, gated q, gated k).
 
     One program per (K tile, 16-token sub-block), on [SUB, SUB, BK] tiles with the exact pairwise decay:
     dq_i = sum_{j<=i} dA_ij k_j exp(G_i - G_j),  dk_j = sum_{i>=j} dA_ij q_i exp(G_i - G_j).
@@ -381,18 +377,23 @@ def diagonal_dqk(q, k, g, dscores, *, chunk, interpret):
     bk = block(dk, 32)
     subs = chunk // SUB
 
-    def kernel(q_ref, k_ref, g_ref, da_ref, dq_ref, dk_ref):
+    def kernel(q_ref, k_ref, g_ref, da_ref, r_ref, w_ref, dq_ref, dk_ref, q_out, k_out):
         kt, s = pl.program_id(0), pl.program_id(1)
         b, h = batch_head(2, heads)
         rows, ks = pl.ds(s * SUB, SUB), pl.ds(kt * bk, bk)
-        dA = da_ref[b, h, rows, pl.ds((s % subs) * SUB, SUB)][:, :, None]
-        weighted = dA * _pairwise_decay(g_ref, b, rows, h, ks)  # [query i, key j, BK]
-        dq_ref[b, rows, h, ks] = jnp.sum(weighted * tile(k_ref, b, rows, h, ks)[None, :, :], axis=1)
-        dk_ref[b, rows, h, ks] = jnp.sum(weighted * tile(q_ref, b, rows, h, ks)[:, None, :], axis=0)
+        G, qf, kf = g_ref[b, rows, h, ks], tile(q_ref, b, rows, h, ks), tile(k_ref, b, rows, h, ks)
+        i = iota(SUB)
+        decay = masked_exp(G[:, None, :] - G[None, :, :], (i[:, None] >= i[None, :])[:, :, None])
+        weighted = da_ref[b, h, rows, pl.ds((s % subs) * SUB, SUB)][:, :, None] * decay  # [query i, key j, BK]
+        dq_ref[b, rows, h, ks] = jnp.sum(weighted * kf[None, :, :], axis=1)
+        dk_ref[b, rows, h, ks] = jnp.sum(weighted * qf[:, None, :], axis=0)
+        G_last = g_ref[b, (s // subs) * chunk + chunk - 1, h, ks]
+        _gated_tiles(qf, kf, G, G_last, r_ref[b, rows], w_ref[b, rows], q_out, k_out, (b, rows, h, ks))
 
     grad = jax.ShapeDtypeStruct(q.shape, f32)
-    return launch(kernel, (grad, grad), (dk // bk, tp // SUB, b_ * heads), interpret=interpret,
-                  name="diagonal_dqk")(q, k, g, dscores)
+    outs = (grad, grad, jax.ShapeDtypeStruct(q.shape, q.dtype), jax.ShapeDtypeStruct(k.shape, k.dtype))
+    return tuple(launch(kernel, outs, (dk // bk, tp // SUB, b_ * heads), interpret=interpret,
+                        name="diagonal_dqk")(q, k, g, dscores, reads, writes))
 
 
 __all__ = ["block", "chunk_dqk", "chunk_dscores", "chunk_out", "chunk_states", "diagonal_dqk", "diagonal_scores",

@@ -107,20 +107,13 @@ def _recompute_from(residuals):
 # ---- GLA form (per-channel gates) and the undecayed covariance of the CCQ read -------------------
 
 
-def _gated(g, q, k, lay, chunk, gate, cumsum):
-    """(G, the queries and keys that the state passes take, the masks they still need): per-channel gates
-    applied once (`gated_inputs`; G formed from the raw gates g when cumsum, else g is G), or q and k as they
-    are without gates (the kernels apply the 0/1 masks)."""
-    if not gate:
-        return None, q, k, lay.reads, lay.writes
-    G, q_read, k_write = la.gated_inputs(g, q, k, lay.reads, lay.writes, chunk=chunk, cumsum=cumsum,
-                                         interpret=_interpret())
-    return (G if cumsum else g), q_read, k_write, None, None
-
-
 def _la_forward(q, k, v, g, h0, lay, scale, chunk, gate, out_dtype):
     interpret = _interpret()
-    G, q_read, k_write, _, writes = _gated(g, q, k, lay, chunk, gate, cumsum=True)
+    if gate:  # per-channel gates applied to q and k once, 0/1 masks included (gated_inputs, which forms G)
+        G, q_read, k_write = la.gated_inputs(g, q, k, lay.reads, lay.writes, chunk=chunk, interpret=interpret)
+        writes = None
+    else:  # the kernels apply the masks
+        G, q_read, k_write, writes = None, q, k, lay.writes
     scores = la.intra_scores(q, k, G, lay.dd, chunk=chunk, gate=gate, interpret=interpret)
     if gate:
         scores = la.diagonal_scores(q, k, G, lay.dd, scores, chunk=chunk, interpret=interpret)
@@ -150,15 +143,19 @@ def _la_backward(q, k, v, G, h0, lay, scores, do, dfinal, scale, chunk, gate, dq
     shared_keys (no gates, v is k: the CCQ covariance): dk is the gradient of both uses and dv None."""
     interpret = _interpret()
     common = dict(chunk=chunk, gate=gate, interpret=interpret)
-    _, q_read, k_write, reads, writes = _gated(G, q, k, lay, chunk, gate, cumsum=False)
+    dscores = la.chunk_dscores(do, v, lay.dd, chunk=chunk, scale=scale, interpret=interpret)
+    if gate:  # the diagonal blocks' dq and dk, and the gated q and k from the same tiles (as in _la_forward)
+        dq_diag, dk_diag, q_read, k_write = la.diagonal_dqk(q, k, G, dscores, lay.reads, lay.writes, chunk=chunk,
+                                                            interpret=interpret)
+        diagonal, reads, writes = (dq_diag, dk_diag), None, None
+    else:
+        diagonal, q_read, k_write, reads, writes = None, q, k, lay.reads, lay.writes
     states, _ = la.chunk_states(k_write, v, G, writes, lay.keep, h0, store=q.dtype, **common)
     dstates, dh0 = la.chunk_states(q_read, do, G, reads, lay.keep, dfinal, reverse=True, scale=scale, store=q.dtype,
                                    **common)
     dv = None if shared_keys else la.chunk_out(k_write, None, lay.writes, dstates, scores, do, chunk=chunk, gate=None,
                                               transpose_scores=True, s_inter=1.0, s_intra=scale, out_dtype=v.dtype,
                                               interpret=interpret)
-    dscores = la.chunk_dscores(do, v, lay.dd, chunk=chunk, scale=scale, interpret=interpret)
-    diagonal = la.diagonal_dqk(q, k, G, dscores, chunk=chunk, interpret=interpret) if gate else None
     dq, dk, dg = la.chunk_dqk(q, k, v, do, G, lay.reads, lay.writes, lay.keep, states, dstates, dscores, diagonal,
                               scale=scale, dq_rest=dq_rest, scores=scores if shared_keys else None, **common)
     return dq, dk, dv, dg, dh0
