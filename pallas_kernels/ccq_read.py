@@ -1,6 +1,7 @@
 """The CCQ read's per-token ends around its covariance linear attention: the cleaned query and the gradients.
 
-The covariance's linear attention (`linear_attention`, values k^) gives c_t = C_t q_t. Here each program
+`statistics_keys` forms the keys k^ (normalised) and the chunks' key totals in one pass over k. The
+covariance's linear attention (`linear_attention`, values k^) gives c_t = C_t q_t. Here each program
 takes a few tokens of one head and forms, inside their chunk, the running key sum and count of each
 token's document,
   m_t = sum_{j <= t, same document} k^_j + reads_t * M_n,   n_t = (the same count) + reads_t * N_n,
@@ -55,6 +56,39 @@ def _place(heads, rows, chunk):
     return _Place(*batch_head(1, heads), n, pl.ds(r0, rows), pl.ds(n * chunk, chunk), r0 - n * chunk)
 
 
+def _per_chunk_sum(partials, chunk, rows):
+    """[B, N, ...] sums of per-program partials [B, Tp / rows, ...] (a chunk holds chunk / rows programs)."""
+    b_, programs = partials.shape[:2]
+    per = chunk // rows
+    return jnp.sum(partials.reshape(b_, programs // per, per, *partials.shape[2:]), axis=2)
+
+
+def statistics_keys(k, writes, *, chunk, eps, totals, interpret, rows=32):
+    """The keys k^ of the CCQ statistics in k's dtype, k^ = k / sqrt(||k||^2 + eps) formed in fp32 (eps None: k as
+    it is), and with totals the sum of writes_t k^_t over each chunk (the keys it hands on to the next, [B, N, H, K]
+    fp32, of k^ as rounded for the kernels that read it), else None. Programs of `rows` tokens at the full key
+    width (row norms), their partial sums added per chunk by XLA."""
+    heads, dk = k.shape[2:]
+    rows, grid = _grid(rows, chunk, k.shape)
+
+    def kernel(k_ref, w_ref, kh_ref, *sum_ref):
+        at = _place(heads, rows, chunk)
+        b, h, tokens, full = at.b, at.h, at.tokens, pl.ds(0, dk)
+        kh = tile(k_ref, b, tokens, h, full)
+        if eps is not None:
+            kh = kh * jax.lax.rsqrt(jnp.sum(kh * kh, axis=1, keepdims=True) + eps)
+        kh = kh.astype(kh_ref.dtype)
+        kh_ref[b, tokens, h, full] = kh
+        if totals:
+            sum_ref[0][b, pl.ds(pl.program_id(0), 1), h, full] = jnp.sum(
+                w_ref[b, tokens][:, None] * kh.astype(f32), axis=0, keepdims=True)
+
+    outs = (jax.ShapeDtypeStruct(k.shape, k.dtype),)
+    outs += (jax.ShapeDtypeStruct((k.shape[0], grid[0], heads, dk), f32),) if totals else ()
+    res = launch(kernel, outs, grid, interpret=interpret, name="statistics_keys")(k, writes)
+    return res[0], (_per_chunk_sum(res[1], chunk, rows) if totals else None)
+
+
 def _pairs(dd_ref, at, rows, chunk, later):
     """[rows, C] bool: the chunk's token j at or before (later: at or after) the program's token i, one document."""
     i, j = at.offset + iota(rows), iota(chunk)
@@ -102,7 +136,7 @@ def clean_query_grad(dqc, q, kh, cov_q, lam, reads, dd, key_sum_in, count_in, *,
     """The gradients of `clean_query` given g = dq_clean (see the module's docstring):
     (dq fp32, dc in q's dtype, dlam fp32 [B, Tp, H], dm fp32 (None without centering), and the gradients of
     the sums and counts entering each chunk, fp32 [B, N, H, K] and [B, N, H])."""
-    b_, tp, heads, dk = q.shape
+    b_, _, heads, dk = q.shape
     rows, grid = _grid(rows, chunk, q.shape)
 
     def kernel(g_ref, q_ref, kh_ref, c_ref, lam_ref, r_ref, dd_ref, ms_ref, mc_ref, dq_ref, dc_ref, dlam_ref,
@@ -138,7 +172,7 @@ def clean_query_grad(dqc, q, kh, cov_q, lam, reads, dd, key_sum_in, count_in, *,
     dq, dc, dlam, dmc, *centered_outs = launch(kernel, tuple(outs), grid, interpret=interpret,
                                                name="clean_query_grad")(dqc, q, kh, cov_q, lam, reads, dd,
                                                                         key_sum_in, count_in)
-    per_chunk = lambda x: jnp.sum(x.reshape(b_, tp // chunk, chunk // rows, *x.shape[2:]), axis=2)
+    per_chunk = lambda x: _per_chunk_sum(x, chunk, rows)
     if not centered:
         return dq, dc, dlam, None, jnp.zeros(key_sum_in.shape, f32), per_chunk(dmc)
     dm, dms = centered_outs

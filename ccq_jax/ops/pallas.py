@@ -28,7 +28,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from ccq_jax.ops._common import HIGHEST, L2_NORM_EPS, ccq_keys
+from ccq_jax.ops._common import HIGHEST, L2_NORM_EPS
 from ccq_jax.ops.chunk import _doc_masks, _masked_exp, _mm
 from ccq_jax.ops.scan import _diagonal_scan, _fold_initial
 from ccq_jax.ops.types import CCQStats
@@ -201,28 +201,23 @@ def _key_scan(totals, init, keep):
     return entering, tuple(l[:, -1] for l in leaving)
 
 
-def _key_totals(kh, lay, chunk):
-    """(sum of the keys each chunk hands on to the next [B, N, H, K] fp32, how many [B, N, H])."""
-    b, tp, h, dk = kh.shape
-    writes = lay.writes.reshape(b, tp // chunk, chunk)
-    # a product over the chunk's tokens (0/1 writes: exact in kh's dtype), not a sum XLA would run on a transposed
-    # fp32 copy of the keys (H200, CCQ-GLA at B = 4, T = 4096: 0.049 ms for that copy and its sum)
-    sums = jnp.einsum("bnc,bnchk->bnhk", writes.astype(kh.dtype), _per_chunk(kh, chunk), precision=HIGHEST,
-                      preferred_element_type=f32)
-    return sums, jnp.broadcast_to(jnp.sum(writes, -1)[..., None], sums.shape[:3])
-
-
-def _ccq_keys_in(k, normalize, dtype):
-    """The keys k^ of the CCQ statistics (normalised in fp32), in the dtype the kernels take."""
-    return ccq_keys(k, normalize).astype(dtype)
+def _ccq_keys(k, lay, chunk, normalize, totals):
+    """(the keys k^ of the CCQ statistics in k's dtype, with totals the (sums [B, N, H, K] fp32, counts [B, N, H])
+    of the keys each chunk hands on to the next, else None)."""
+    kh, sums = ccq_read.statistics_keys(k, lay.writes, chunk=chunk, eps=L2_NORM_EPS if normalize else None,
+                                        totals=totals, interpret=_interpret())
+    if not totals:
+        return kh, None
+    counts = jnp.sum(lay.writes.reshape(k.shape[0], -1, chunk), axis=-1)
+    return kh, (sums, jnp.broadcast_to(counts[..., None], sums.shape[:3]))
 
 
 def _ccq_read_forward(q, k, lam, cov0, sum0, count0, lay, chunk, centered, normalize):
     """(outputs, residuals): the backward keeps C q (fp32) and the sums entering each chunk, and recomputes
     the keys and the covariance's states."""
     interpret = _interpret()
-    kh = _ccq_keys_in(k, normalize, q.dtype)
-    (sum_in, count_in), final = _key_scan(_key_totals(kh, lay, chunk), (sum0, count0), lay.keep)
+    kh, totals = _ccq_keys(k, lay, chunk, normalize, totals=True)
+    (sum_in, count_in), final = _key_scan(totals, (sum0, count0), lay.keep)
     # the state is [key, value] = C^T: C q_t = sum_k q_tk S[k, :]
     cov_q, cov_t, scores, _ = _la_forward(q, kh, kh, None, cov0, lay, 1.0, chunk, None, f32)
     q_clean = ccq_read.clean_query(q, kh, cov_q, lam, lay.reads, lay.dd, sum_in, count_in, chunk=chunk,
@@ -240,7 +235,7 @@ def _ccq_read_bwd(chunk, centered, normalize, res, cts):
     q, k, lam, cov0, lay, cov_q, scores, sum_in, count_in = _recompute_from(res)
     dqc, (dcov_t, dfinal_sum, dfinal_count) = cts
     interpret = _interpret()
-    kh = _ccq_keys_in(k, normalize, q.dtype)
+    kh, _ = _ccq_keys(k, lay, chunk, normalize, totals=False)
     dq, dc, dlam, dm, dsum_in, dcount_in = ccq_read.clean_query_grad(
         dqc.astype(q.dtype), q, kh, cov_q, lam, lay.reads, lay.dd, sum_in, count_in, chunk=chunk,
         centered=centered, interpret=interpret)
