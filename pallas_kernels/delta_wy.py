@@ -159,8 +159,9 @@ def wy_gradient(k, v, g, beta, reads, dd, inverse, dw, du, dk_rest, *, chunk, in
     dG [B, Tp, H] fp32, the gradient w.r.t. the in-chunk cumsum G: the caller turns it into one w.r.t. the log
     gates). dk_rest [B, Tp, H, K] fp32: the keys' gradient from the rest of the op, added on chip.
 
-    Passes over column tiles: V (dT += du Vb^T; dv = beta T^T du and its dbeta share), K (the gram K K^T,
-    dT += dw Kb^T); then on [C, C]: dA, D = dA exp(G_i - G_j) (the gradient of beta_i (k_i . k_j)) and
+    Passes over column tiles: V (dT += du Vb^T; dv = beta T^T du and its dbeta share), K (dT += dw Kb^T); then
+    on [C, C]: dA and D = dA exp(G_i - G_j) (the gradient of beta_i (k_i . k_j)); a pass over K for the gram
+    K K^T, formed after dA so that it, T and dT are never live together (T is loaded where it is needed);
     M = D beta gram (= dA A), which give dbeta's share D . gram and dG's rowsum(M) - colsum(M); a last pass
     over K writes dk = kfac T^T dw + beta (D K) + (beta D)^T K (kfac = beta exp(G) reads) and Kb's shares.
     """
@@ -179,31 +180,35 @@ def wy_gradient(k, v, g, beta, reads, dd, inverse, dw, du, dk_rest, *, chunk, in
         beta_ = beta_ref[b, rows, h].astype(f32)
         s = jnp.exp(G) * r_ref[b, rows]  # Kb's row factor over beta
         kfac = beta_ * s
-        T = t_ref[b, rows, h, pl.ds(0, chunk)]
+        inverse_tile = lambda: t_ref[b, rows, h, pl.ds(0, chunk)]  # T, loaded where it is needed
 
         dT = jnp.zeros((chunk, chunk), f32)
         dbeta = jnp.zeros((chunk,), f32)
+        Tc = cast(inverse_tile())
         for cols in tiles(dv):
             du_t, v_t = load(du_ref, cols), load(v_ref, cols).astype(f32)
             dT += dot(du_t, cast(v_t * beta_[:, None]), trans_b=True)
-            dvb = dot(cast(T), du_t, trans_a=True)
+            dvb = dot(Tc, du_t, trans_a=True)
             dv_ref[b, rows, h, cols] = (dvb * beta_[:, None]).astype(dv_ref.dtype)
             dbeta += jnp.sum(dvb * v_t, axis=1)
-        gram = jnp.zeros((chunk, chunk), f32)
         for cols in tiles(dk):
             k_t = load(k_ref, cols)
-            gram += dot(k_t, k_t, trans_b=True)
             dT += dot(load(dw_ref, cols), cast(k_t.astype(f32) * kfac[:, None]), trans_b=True)
 
         i = iota(chunk)
         support = (i[:, None] > i[None, :]) & (doc[:, None] == doc[None, :])
         # D = dA exp(G_i - G_j) with dA = -T^T dT T^T; the decay vanishes off A's support, which masks dA
+        T = inverse_tile()
         dA = -fp32_dot(T, fp32_dot(dT, T, dtype, trans_b=True), dtype, trans_a=True)
         D = dA * masked_exp(G[:, None] - G[None, :], support)
+        gram = jnp.zeros((chunk, chunk), f32)
+        for cols in tiles(dk):
+            k_t = load(k_ref, cols)
+            gram += dot(k_t, k_t, trans_b=True)
         M = D * beta_[:, None] * gram
         dbeta += jnp.sum(D * gram, axis=1)
         dG = jnp.sum(M, axis=1) - jnp.sum(M, axis=0)
-        Tc, Dc, bDc = cast(T), cast(D), cast(beta_[:, None] * D)
+        Tc, Dc, bDc = cast(inverse_tile()), cast(D), cast(beta_[:, None] * D)
         for cols in tiles(dk):
             k_t = load(k_ref, cols)
             dkb = dot(Tc, load(dw_ref, cols), trans_a=True)
@@ -221,7 +226,8 @@ def wy_gradient(k, v, g, beta, reads, dd, inverse, dw, du, dk_rest, *, chunk, in
     # half precision, 4 warps and 3 stages: 0.34 ms on the H200 (bf16, B=4, T=4096, H=6, K=256, V=512) against
     # 0.46 at 8 warps, although Triton 3.6 offline spills 1,080 bytes there against 80 (0.41 ms and 1,376 bytes
     # since it also adds dk_rest, which saves two XLA passes over dk; 956 bytes and 0.39 ms in the fwd+bwd profile
-    # with `fp32_dot` forming the lo parts late); fp32 keeps 8 warps
+    # with `fp32_dot` forming the lo parts late; 372 bytes offline with the gram after dA and T loaded where needed,
+    # 1,384 with only the latter, 1,020 with the gram's tiles reduced inside the last pass); fp32 keeps 8 warps
     wide = jnp.dtype(dtype).itemsize >= 4
     return launch(kernel, outs, (tp // chunk, b_ * heads), interpret=interpret, num_warps=8 if wide else 4,
                   num_stages=2 if wide else 3, name="wy_gradient")(k, v, g, beta, reads, dd, inverse, dw, du, dk_rest)
