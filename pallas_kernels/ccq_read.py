@@ -1,16 +1,15 @@
-"""The CCQ read's per-token ends around its covariance linear attention: the cleaned query and the gradients.
+"""The CCQ read's ends around its covariance linear attention: the keys, the cleaned query and the gradients.
 
 `statistics_keys` forms the keys k^ (normalised) and the chunks' key totals in one pass over k. The
-covariance's linear attention (`linear_attention`, values k^) gives c_t = C_t q_t. Here each program
-takes a few tokens of one head and forms, inside their chunk, the running key sum and count of each
-token's document,
+covariance is a linear attention with values k^ (`linear_attention`'s states and scores); with the key
+sum and count of each token's document inside its chunk,
   m_t = sum_{j <= t, same document} k^_j + reads_t * M_n,   n_t = (the same count) + reads_t * N_n,
-where M_n, N_n enter chunk n (a scan over the chunks' totals, done by the caller), and then
-  q_clean = q - lam s,   s = c / n - mu (mu . q),   mu = m / n   (mu's term only when centered).
-Row dots over K need whole rows: a program holds `rows` tokens at the full key width (fp32 [rows, K]
+where M_n, N_n enter chunk n (a scan over the chunks' totals, done by the caller), the read is
+  c_t = C_t q_t,   q_clean = q - lam s,   s = c / n - mu (mu . q),   mu = m / n   (mu's term only when centered).
+`clean_read` forms c and q_clean in the covariance's output pass, per [C, BV] column tile. The backward's
+row dots over K need whole rows: a program holds `rows` tokens at the full key width (fp32 [rows, K]
 tiles; measured at K = 256: 16 rows, 32 for `key_grad`), one pass, and reads its chunk's keys for the
-in-chunk sums (a [rows, C] x [C, K] product). Two passes over 64-wide K tiles of whole chunks measured
-about the same (0.58 against 0.55 ms for the three kernels, CCQ-GDN at B = 4, T = 4096).
+in-chunk sums (a [rows, C] x [C, K] product).
 
 Gradients (g = dq_clean; a = mu . q, b = mu . g, e = g . c, all per token):
   dlam = -(e / n - a b),   dc = -lam g / n,   dq = g + lam mu b,   dm = lam (g a + q b) / n,
@@ -26,7 +25,8 @@ import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
-from pallas_kernels._tiles import batch_head, dot, fp32_dot, iota, launch, tile
+from pallas_kernels._tiles import batch_head, dot, fp32_dot, iota, launch, same_doc_causal, tile
+from pallas_kernels.linear_attention import block
 
 f32 = jnp.float32
 
@@ -110,30 +110,56 @@ def _running(kh_ref, r_ref, dd_ref, ms_ref, mc_ref, at, rows, chunk, centered):
     return m / count[:, None], count, reads
 
 
-def clean_query(q, kh, cov_q, lam, reads, dd, key_sum_in, count_in, *, chunk, centered, interpret, rows=16):
-    """q_clean [B, Tp, H, K] in q's dtype from q, the keys k^, c = C q (fp32), lam [B, Tp, H] and the key sums
-    and counts entering each chunk (fp32 [B, N, H, K] and [B, N, H])."""
-    heads, dk = q.shape[2:]
-    rows, grid = _grid(rows, chunk, q.shape)
+def clean_read(q, kh, states, scores, lam, reads, dd, key_sum_in, count_in, *, chunk, centered, interpret):
+    """The covariance's read and the cleaned query in one pass: (q_clean [B, Tp, H, K] in q's dtype, c = C q fp32,
+    which the backward keeps) from q, the keys k^, the covariance's states entering each chunk (`chunk_states`,
+    [B, N, H, K, K]) and scores A (`intra_scores`: q_t . k^_j on the causal same-document pairs), lam [B, Tp, H]
+    and the key sums and counts entering each chunk (fp32 [B, N, H, K] and [B, N, H]).
 
-    def kernel(q_ref, kh_ref, c_ref, lam_ref, r_ref, dd_ref, ms_ref, mc_ref, out_ref):
-        at = _place(heads, rows, chunk)
-        b, h, tokens = at.b, at.h, at.tokens
-        mu, count, _ = _running(kh_ref, r_ref, dd_ref, ms_ref, mc_ref, at, rows, chunk, centered)
-        full = pl.ds(0, dk)
-        qf = tile(q_ref, b, tokens, h, full)
-        s = c_ref[b, tokens, h, full] / count[:, None]
+    One program per chunk and [C, BV] column tile, as `chunk_out`: c = reads (q S_n) + A k^. The rest is per
+    column too but for two row dots, which the same tiles give: the running key sum's product with q,
+    m . q = rowsum(A) + reads (q . M_n), and the count, n = (the same-document tokens up to t) + reads N_n;
+    then s = c / n - m (m . q) / n^2 (= mu (mu . q); the second term only when centered) with
+    m = (the causal same-document sum of k^) + reads M_n on the tile's columns.
+    """
+    b_, tp, heads, dk = q.shape
+    bk = bv = block(dk)
+
+    def kernel(q_ref, kh_ref, hs_ref, a_ref, lam_ref, r_ref, dd_ref, ms_ref, mc_ref, out_ref, c_ref):
+        vt, n = pl.program_id(0), pl.program_id(1)
+        b, h = batch_head(2, heads)
+        rows, vs, chunk_n = pl.ds(n * chunk, chunk), pl.ds(vt * bv, bv), pl.ds(n, 1)
+        A, y, reads = a_ref[b, h, rows, :], kh_ref[b, rows, h, vs], r_ref[b, rows]
+
+        def k_step(kt, carry):  # a loop, not unrolled: Triton pipelines its loads
+            acc, mq = carry
+            ks = pl.ds(kt * bk, bk)
+            x = q_ref[b, rows, h, ks]
+            acc += dot(x, hs_ref[b, n, h, ks, vs].astype(x.dtype))
+            if centered:
+                mq += jnp.sum(x.astype(f32) * ms_ref[b, chunk_n, h, ks], axis=1)
+            return acc, mq
+
+        acc, mq = jax.lax.fori_loop(0, dk // bk, k_step, (jnp.zeros((chunk, bv), f32), jnp.zeros((chunk,), f32)))
+        c = dot(A.astype(y.dtype), y) + reads[:, None] * acc
+        c_ref[b, rows, h, vs] = c
+        before = same_doc_causal(dd_ref, b, rows, chunk)
+        count = jnp.sum(before.astype(f32), axis=1) + reads * mc_ref[b, chunk_n, h]
+        s = c / count[:, None]
         if centered:
-            s -= mu * jnp.sum(mu * qf, axis=1, keepdims=True)
-        out_ref[b, tokens, h, full] = (qf - lam_ref[b, tokens, h].astype(f32)[:, None] * s).astype(out_ref.dtype)
+            m = dot(before.astype(y.dtype), y) + reads[:, None] * ms_ref[b, chunk_n, h, vs]
+            s -= m * ((jnp.sum(A, axis=1) + reads * mq) / (count * count))[:, None]
+        lam_t = lam_ref[b, rows, h].astype(f32)
+        out_ref[b, rows, h, vs] = (tile(q_ref, b, rows, h, vs) - lam_t[:, None] * s).astype(out_ref.dtype)
 
-    return launch(kernel, jax.ShapeDtypeStruct(q.shape, q.dtype), grid, interpret=interpret, name="clean_query")(
-        q, kh, cov_q, lam, reads, dd, key_sum_in, count_in)
+    outs = (jax.ShapeDtypeStruct(q.shape, q.dtype), jax.ShapeDtypeStruct(q.shape, f32))
+    return tuple(launch(kernel, outs, (dk // bv, tp // chunk, b_ * heads), interpret=interpret, num_stages=3,
+                        name="clean_read")(q, kh, states, scores, lam, reads, dd, key_sum_in, count_in))
 
 
 def clean_query_grad(dqc, q, kh, cov_q, lam, reads, dd, key_sum_in, count_in, *, chunk, centered, interpret,
                      rows=16):
-    """The gradients of `clean_query` given g = dq_clean (see the module's docstring):
+    """The gradients of `clean_read`'s q_clean given g = dq_clean and c (see the module's docstring):
     (dq fp32, dc in q's dtype, dlam fp32 [B, Tp, H], dm fp32 (None without centering), and the gradients of
     the sums and counts entering each chunk, fp32 [B, N, H, K] and [B, N, H])."""
     b_, _, heads, dk = q.shape
