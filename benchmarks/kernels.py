@@ -234,9 +234,6 @@ def _kernel_times(family, B, T, timed):
     timed("cov chunk_states (reverse)", jit(lambda q, dc: la.chunk_states(
         q, dc, None, lay.reads, lay.keep, h0_cov, reverse=True, scale=1.0, store=jnp.bfloat16, **cov_kw)), q, k)
     cov_states = jnp.zeros((B, T // C, H, K, K), jnp.bfloat16)
-    timed("cov chunk_out", jit(lambda q, S, A, k: la.chunk_out(
-        q, None, lay.reads, S, A, k, transpose_scores=False, s_inter=1.0, s_intra=1.0,
-        out_dtype=jnp.float32, **cov_kw)), q, cov_states, A_cov, k)
     timed("clean_read", jit(lambda q, k, S, A, lam: ccq_read.clean_read(
         q, k, S, A, lam, lay.reads, lay.dd, sums, counts, centered=True, **kw)), q, k, cov_states, A_cov, lam)
     timed("cov chunk_dqk (keys' gradient of both uses)", jit(lambda q, k, dc, S, A: la.chunk_dqk(
