@@ -19,6 +19,7 @@ from tests.pallas.conftest import check_op, inputs
     (["gated_delta_rule", "ccq_gated_delta_rule"], 32, jnp.float32),
     (["gla"], 16, jnp.bfloat16),
     (["gated_delta_rule"], 16, jnp.bfloat16),
+    (["ccq_query", "ccq_gla", "ccq_gated_delta_rule"], 16, jnp.bfloat16),  # the half-precision paths of the CCQ read
     (["ccq_query"], 16, jnp.float32),  # chunks shorter than the CCQ read's 32-token programs
 ])
 def test_against_recurrence(names, chunk, dtype):
