@@ -80,7 +80,8 @@ def lowered_kernels(op, dtype):
         args = {"q": spec(B, T, H, K), "k": spec(B, T, H, K), "v": spec(B, T, H, V), "g": spec(B, T, H, K, d=f32),
                 "g_head": spec(B, T, H, d=f32), "beta": spec(B, T, H, d=f32), "lam": spec(B, T, H, d=f32)}
         names = {"gla": ["q", "k", "v", "g"], "gated_delta_rule": ["q", "k", "v", "g_head", "beta"],
-                 "ccq_query": ["q", "k", "lam"]}[op]
+                 "ccq_query": ["q", "k", "lam"], "ccq_gla": ["q", "k", "v", "g", "lam"],
+                 "ccq_gated_delta_rule": ["q", "k", "v", "g_head", "beta", "lam"]}[op]
         loss = lambda *x: jnp.sum(jnp.square(getattr(ops, op)(*x, impl="pallas")[0].astype(f32)))
         grad = jax.jit(jax.grad(loss, argnums=tuple(range(len(names)))))
         grad.trace(*(args[n] for n in names)).lower(lowering_platforms=("cuda",))

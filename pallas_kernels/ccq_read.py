@@ -205,16 +205,18 @@ def clean_query_grad(dqc, q, kh, cov_q, lam, reads, dd, key_sum_in, count_in, *,
     return dq, dc, dlam, dm, per_chunk(dms), per_chunk(dmc)
 
 
-def key_grad(k, dkh, dm, dtotals, writes, dd, *, chunk, eps, interpret, rows=32):
+def key_grad(k, dkh, dm, dtotals, writes, dd, *, chunk, eps, interpret, rows=32, dk_rest=None):
     """dk in k's dtype from the covariance's gradient of the keys k^ (`dkh`: as the linear attention's keys
     and values), dm (None: no key-sum term) and the gradients of the chunks' key totals `dtotals` [B, N, H, K]
     (fp32): dk^ = dkh + (the sum of dm over the later tokens of the same document in the chunk) + writes dtotals_n,
-    then through k^ = k / sqrt(||k||^2 + eps) (eps None: not normalised)."""
+    then through k^ = k / sqrt(||k||^2 + eps) (eps None: not normalised); dk_rest (None or like k): the keys'
+    gradient from elsewhere (a backbone reading the same keys), added on chip."""
     heads, dk = k.shape[2:]
     rows, grid = _grid(rows, chunk, k.shape)
 
     def kernel(k_ref, dkh_ref, w_ref, dd_ref, dt_ref, *rest):
-        dm_ref, (out_ref,) = (rest[0], rest[1:]) if dm is not None else (None, rest)
+        dm_ref, rest = (rest[0], rest[1:]) if dm is not None else (None, rest)
+        dkr_ref, (out_ref,) = (rest[0], rest[1:]) if dk_rest is not None else (None, rest)
         at = _place(heads, rows, chunk)
         b, h, tokens = at.b, at.h, at.tokens
         full = pl.ds(0, dk)
@@ -226,7 +228,9 @@ def key_grad(k, dkh, dm, dtotals, writes, dd, *, chunk, eps, interpret, rows=32)
             kf = tile(k_ref, b, tokens, h, full)
             r = jax.lax.rsqrt(jnp.sum(kf * kf, axis=1, keepdims=True) + eps)
             d = d * r - kf * (jnp.sum(kf * d, axis=1, keepdims=True) * r ** 3)
+        if dkr_ref is not None:
+            d += tile(dkr_ref, b, tokens, h, full)
         out_ref[b, tokens, h, full] = d.astype(out_ref.dtype)
 
-    args = [k, dkh, writes, dd, dtotals] + ([dm] if dm is not None else [])
+    args = [k, dkh, writes, dd, dtotals] + ([dm] if dm is not None else []) + ([dk_rest] if dk_rest is not None else [])
     return launch(kernel, jax.ShapeDtypeStruct(k.shape, k.dtype), grid, interpret=interpret, name="key_grad")(*args)

@@ -238,9 +238,11 @@ def _ccq_read(q, k, lam, cov0, sum0, count0, lay, chunk, centered, normalize):
     return _ccq_read_forward(q, k, lam, cov0, sum0, count0, lay, chunk, centered, normalize)[0]
 
 
-def _ccq_read_bwd(chunk, centered, normalize, res, cts):
+def _ccq_read_backward(res, dqc, dstats, chunk, centered, normalize, dk_rest=None):
+    """(dq, dk, dlam, dcov0, dsum0, dcount0) of `_ccq_read` given the cotangents of q_clean and of the final
+    statistics; dk_rest: the keys' gradient from a backbone reading them too, added on chip (`key_grad`)."""
     q, k, lam, cov0, lay, cov_q, scores, sum_in, count_in = _recompute_from(res)
-    dqc, (dcov_t, dfinal_sum, dfinal_count) = cts
+    dcov_t, dfinal_sum, dfinal_count = dstats
     interpret = _interpret()
     kh, _ = _ccq_keys(k, lay, chunk, normalize, totals=False)
     dq, dc, dlam, dm, dsum_in, dcount_in = ccq_read.clean_query_grad(
@@ -254,11 +256,29 @@ def _ccq_read_bwd(chunk, centered, normalize, res, cts):
     dq, dkh, _, _, dcov0 = _la_backward(q, kh, kh, None, cov0, lay, scores, dc, dcov_t, 1.0, chunk, None, dq_rest=dq,
                                         shared_keys=True)
     dk = ccq_read.key_grad(k, dkh, dm, dtotals, lay.writes, lay.dd, chunk=chunk,
-                           eps=L2_NORM_EPS if normalize else None, interpret=interpret)
-    return dq, dk, dlam.astype(lam.dtype), dcov0, dsum0, dcount0, None
+                           eps=L2_NORM_EPS if normalize else None, interpret=interpret, dk_rest=dk_rest)
+    return dq, dk, dlam.astype(lam.dtype), dcov0, dsum0, dcount0
+
+
+def _ccq_read_bwd(chunk, centered, normalize, res, cts):
+    dqc, dstats = cts
+    return (*_ccq_read_backward(res, dqc, dstats, chunk, centered, normalize), None)
 
 
 _ccq_read.defvjp(_ccq_read_forward, _ccq_read_bwd)
+
+
+def _stats_inputs(initial_stats, kp):
+    """(C^T, key sum, count) of the initial statistics, padded to the key width kp, as `_ccq_read` takes them."""
+    dk = initial_stats.key_sum.shape[-1]
+    cov0 = _pad_state(jnp.swapaxes(initial_stats.cov, 2, 3), kp, kp)
+    return cov0, jnp.pad(initial_stats.key_sum.astype(f32), [(0, 0), (0, 0), (0, kp - dk)]), initial_stats.count.astype(f32)
+
+
+def _stats_outputs(stats, dk):
+    """`_ccq_read`'s final (C^T, key sum, count), padding cut off, as `CCQStats`."""
+    cov_t, key_sum, count = stats
+    return CCQStats(jnp.swapaxes(cov_t, 2, 3)[:, :, :dk, :dk], key_sum[..., :dk], count)
 
 
 def ccq_query(q, k, lam, *, centered, normalize_keys, initial_stats, docs, chunk_size=64):
@@ -269,13 +289,65 @@ def ccq_query(q, k, lam, *, centered, normalize_keys, initial_stats, docs, chunk
     tp, kp = t + (-t % chunk), _width(dk)
     dtype = jnp.result_type(q, k)
     padded = [_pad(x.astype(dtype), tp, kp) for x in (q, k)]
-    cov0 = _pad_state(jnp.swapaxes(initial_stats.cov, 2, 3), kp, kp)
-    sum0 = jnp.pad(initial_stats.key_sum.astype(f32), [(0, 0), (0, 0), (0, kp - dk)])
-    q_clean, (cov_t, final_sum, final_count) = _ccq_read(
-        *padded, _pad(lam, tp), cov0, sum0, initial_stats.count.astype(f32), _layout(docs, chunk), chunk,
-        centered, normalize_keys)
-    cov = jnp.swapaxes(cov_t, 2, 3)[:, :, :dk, :dk]
-    return q_clean[:, :t, :, :dk], CCQStats(cov, final_sum[..., :dk], final_count)
+    q_clean, stats = _ccq_read(*padded, _pad(lam, tp), *_stats_inputs(initial_stats, kp), _layout(docs, chunk), chunk,
+                               centered, normalize_keys)
+    return q_clean[:, :t, :, :dk], _stats_outputs(stats, dk)
+
+
+# ---- the CCQ read feeding a backbone ---------------------------------------------------------------
+
+
+class _Backbone(NamedTuple):
+    """A backbone's custom-VJP halves on padded inputs: forward(q, k, *rest, h0, lay) -> ((o, final), residuals);
+    backward(residuals, (do, dfinal)) -> (dq, dk, *drest, dh0, None)."""
+
+    forward: object
+    backward: object
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1, 2, 3))
+def _ccq_backbone(backbone, chunk, centered, normalize, q, k, lam, cov0, sum0, count0, rest, h0, lay):
+    """(o, final state, final statistics): the backbone reading with the CCQ-cleaned query on padded inputs (rest:
+    its other inputs, v first). One VJP for both, so that the keys' two gradients (the backbone's and the
+    read's) are summed on chip (`key_grad`) instead of by XLA."""
+    return _ccq_backbone_fwd(backbone, chunk, centered, normalize, q, k, lam, cov0, sum0, count0, rest, h0, lay)[0]
+
+
+def _ccq_backbone_fwd(backbone, chunk, centered, normalize, q, k, lam, cov0, sum0, count0, rest, h0, lay):
+    (q_clean, stats), read_res = _ccq_read_forward(q, k, lam, cov0, sum0, count0, lay, chunk, centered, normalize)
+    (o, final), backbone_res = backbone.forward(q_clean, k, *rest, h0, lay)
+    return (o, final, stats), (read_res, backbone_res)
+
+
+def _ccq_backbone_bwd(backbone, chunk, centered, normalize, res, cts):
+    read_res, backbone_res = res
+    do, dfinal, dstats = cts
+    dq_clean, dk_backbone, *drest, dh0, _ = backbone.backward(backbone_res, (do, dfinal))
+    read_grads = _ccq_read_backward(read_res, dq_clean, dstats, chunk, centered, normalize, dk_rest=dk_backbone)
+    return (*read_grads, tuple(drest), dh0, None)
+
+
+_ccq_backbone.defvjp(_ccq_backbone_fwd, _ccq_backbone_bwd)
+
+
+def _ccq_with(backbone, inputs, rest, lam, initial_stats, centered, normalize_keys, docs):
+    """A fused CCQ op around `_ccq_backbone`, given `_backbone_inputs`' padding and the backbone's other inputs
+    `rest` (padded): o, (final state, final statistics)."""
+    chunk, tp, kp, (q, k, _), h0, undo = inputs
+    o, final, stats = _ccq_backbone(backbone, chunk, centered, normalize_keys, q, k, _pad(lam, tp),
+                                    *_stats_inputs(initial_stats, kp), rest, h0, _layout(docs, chunk))
+    o, final = undo(o, final)
+    return o, (final, _stats_outputs(stats, initial_stats.key_sum.shape[-1]))
+
+
+def ccq_gla(q, k, v, g, lam, *, scale, initial_state, initial_stats, centered, normalize_keys, docs, chunk_size=64):
+    """`ccq_query` feeding `gla` in Pallas, under one custom VJP (`_ccq_backbone`)."""
+    inputs = _backbone_inputs(q, k, v, initial_state, chunk_size)
+    chunk, tp, kp, (_, _, v_padded), _, _ = inputs
+    backbone = _Backbone(lambda *args: _la_fwd(*args, scale, chunk, "channel", v.dtype),
+                         lambda res, cts: _la_bwd(scale, chunk, "channel", v.dtype, res, cts))
+    return _ccq_with(backbone, inputs, (v_padded, _pad(g.astype(f32), tp, kp)), lam, initial_stats, centered,
+                     normalize_keys, docs)
 
 
 # ---- gated delta rule -------------------------------------------------------------------------------
@@ -420,3 +492,13 @@ def gated_delta_rule(q, k, v, g, beta, *, scale, initial_state, docs, chunk_size
     """Chunked gated delta rule in Pallas (+ XLA for part of the per-chunk algebra); see `ops.gated_delta_rule`."""
     chunk, tp, _, qkv, h0, undo = _backbone_inputs(q, k, v, initial_state, chunk_size)
     return undo(*_delta_rule(*qkv, _pad(g, tp), _pad(beta, tp), h0, _layout(docs, chunk), scale, chunk))
+
+
+def ccq_gated_delta_rule(q, k, v, g, beta, lam, *, scale, initial_state, initial_stats, centered, normalize_keys,
+                         docs, chunk_size=64):
+    """`ccq_query` feeding `gated_delta_rule` in Pallas, under one custom VJP (`_ccq_backbone`)."""
+    inputs = _backbone_inputs(q, k, v, initial_state, chunk_size)
+    chunk, tp, _, (_, _, v_padded), _, _ = inputs
+    backbone = _Backbone(lambda *args: _dr_fwd(*args, scale, chunk), lambda res, cts: _dr_bwd(scale, chunk, res, cts))
+    return _ccq_with(backbone, inputs, (v_padded, _pad(g, tp), _pad(beta, tp)), lam, initial_stats, centered,
+                     normalize_keys, docs)
