@@ -19,7 +19,7 @@ chunks, as fla does:
     and all their gradients in Pallas (`pallas_kernels.ccq_read`).
 GLA forms its gates' in-chunk cumsum G in Pallas (`gated_inputs`, which also applies the gates to q and k
 once for the state passes; the gated delta rule's per-head cumsum is XLA's `_chunk_cumsum`) and keeps G
-(fp32, the size of g) instead of g for the backward, which applies them to q and k again.
+(fp32, the size of g) instead of g for the backward, where `diagonal_dqk` applies them to q and k again.
 """
 
 import functools
@@ -405,6 +405,7 @@ class _HeadFactors(NamedTuple):
 
 
 def _head_factors(G, lay, chunk):
+    """`_HeadFactors` of the per-head in-chunk cumsum G [B, Tp, H] under the layout's masks."""
     b, tp, h = G.shape
     Gc = _per_chunk(G, chunk)
     reads, writes = (_per_chunk(x, chunk)[..., None] for x in (lay.reads, lay.writes))
