@@ -14,9 +14,10 @@ chunks, as fla does:
     and the gates in Pallas (`pallas_kernels.delta_rule`, the last one's XLA twin `_delta_rest`);
     the per-chunk WY/UT algebra (T, then w and u; its gradient) in Pallas (`pallas_kernels.delta_wy`,
     its XLA twin `_delta_wy`).
-  The CCQ read: the key normalisation and the chunks' key totals in XLA, their scan across chunks
-    in XLA (transposed for the backward), the running key sums inside chunks, the cleaned query
-    and all their gradients in Pallas (`pallas_kernels.ccq_read`).
+  The CCQ read: the chunks' key totals' scan across chunks in XLA (transposed for the backward);
+    the key normalisation with those totals, the running key sums inside chunks, the cleaned query
+    and all their gradients in Pallas (`pallas_kernels.ccq_read`); `ccq_gla` and
+    `ccq_gated_delta_rule` run it and the backbone under one custom VJP.
 GLA forms its gates' in-chunk cumsum G in Pallas (`gated_inputs`, which also applies the gates to q and k
 once for the state passes; the gated delta rule's per-head cumsum is XLA's `_chunk_cumsum`) and keeps G
 (fp32, the size of g) instead of g for the backward, where `diagonal_dqk` applies them to q and k again.
