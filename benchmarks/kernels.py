@@ -214,10 +214,12 @@ def _kernel_times(family, B, T, timed):
         timed("delta_wy (XLA)", jit(xla_wy), k, v, G, beta)
         timed("delta_wy vjp (XLA)", jit(lambda k, v, G, beta, dw, du: jax.vjp(xla_wy, k, v, G, beta)[1](
             (dw.astype(jnp.float32), du.astype(jnp.float32)))), k, v, G, beta, k, do)
-    c = q.astype(jnp.float32)  # the CCQ read's ends, 16 or 32 rows a program
+    c = q  # C q and dm in q's dtype, as the op has them; the CCQ read's ends, 16 or 32 rows a program
     sums, counts = jnp.zeros((B, T // C, H, K), jnp.float32), jnp.ones((B, T // C, H), jnp.float32)
     for n_rows in (16, 32):
         ccq_kw = dict(kw, rows=n_rows)
+        timed(f"clean_query/{n_rows}", jit(lambda q, k, c, lam: ccq_read.clean_query(
+            q, k, c, lam, lay.reads, lay.dd, sums, counts, centered=True, **ccq_kw)), q, k, c, lam)
         timed(f"clean_query_grad/{n_rows}", jit(lambda g, q, k, c, lam: ccq_read.clean_query_grad(
             g, q, k, c, lam, lay.reads, lay.dd, sums, counts, centered=True, **ccq_kw)), q, q, k, c, lam)
         timed(f"statistics_keys/{n_rows}", jit(lambda k: ccq_read.statistics_keys(
@@ -234,8 +236,9 @@ def _kernel_times(family, B, T, timed):
     timed("cov chunk_states (reverse)", jit(lambda q, dc: la.chunk_states(
         q, dc, None, lay.reads, lay.keep, h0_cov, reverse=True, scale=1.0, store=jnp.bfloat16, **cov_kw)), q, k)
     cov_states = jnp.zeros((B, T // C, H, K, K), jnp.bfloat16)
-    timed("clean_read", jit(lambda q, k, S, A, lam: ccq_read.clean_read(
-        q, k, S, A, lam, lay.reads, lay.dd, sums, counts, centered=True, **kw)), q, k, cov_states, A_cov, lam)
+    timed("cov chunk_out", jit(lambda q, S, A, k: la.chunk_out(
+        q, None, lay.reads, S, A, k, transpose_scores=False, s_inter=1.0, s_intra=1.0,
+        out_dtype=jnp.bfloat16, **cov_kw)), q, cov_states, A_cov, k)
     timed("cov chunk_dqk (keys' gradient of both uses)", jit(lambda q, k, dc, S, A: la.chunk_dqk(
         q, k, k, dc, None, lay.reads, lay.writes, lay.keep, S, S, A, None, scale=1.0, scores=A, **cov_kw)),
         q, k, k, cov_states, A_cov)

@@ -280,7 +280,7 @@ def chunk_dqk(q, k, v, do, g, reads, writes, keep, states, dstates, dscores, dia
     states: the state entering each chunk; dstates: the gradient of the state leaving it (both
     `[B, N, H, K, V]`, in q's dtype or fp32: the dots take them in q's dtype); dscores: `chunk_dscores`
     of (do, v); diagonal: `diagonal_dqk`'s (dq, dk) with per-channel gates, None without; dq_rest (`[B, Tp, H, K]`
-    fp32 or None): a share of dq from elsewhere, added on chip. scores (no gates, v the keys themselves: the CCQ
+    or None): a share of dq from elsewhere, added on chip in fp32. scores (no gates, v the keys themselves: the CCQ
     covariance): `intra_scores`' A; dk then holds v's gradient too, writes (k dS_n) + scale A^T do, instead of
     `chunk_out` forming it apart. Returns (dq, dk in q's dtype, dg fp32 or None); dg is the gradient of the raw
     log gates (the in-chunk reverse cumsum of dG).
@@ -353,7 +353,7 @@ def chunk_dqk(q, k, v, do, g, reads, writes, keep, states, dstates, dscores, dia
             # H200 (B = 4, T = 4096) against a product with the [C, C] upper triangle, an IEEE fp32 dot
             dg_ref[0][b, rows, h, ks] = jnp.sum(dG, axis=0, keepdims=True) - jnp.cumsum(dG, axis=0) + dG
         if dqr_ref is not None:
-            dq += dqr_ref[b, rows, h, ks]
+            dq += dqr_ref[b, rows, h, ks].astype(f32)
         dq_ref[b, rows, h, ks] = dq.astype(dq_ref.dtype)
         dk_ref[b, rows, h, ks] = dk_.astype(dk_ref.dtype)
 

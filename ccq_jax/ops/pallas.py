@@ -108,9 +108,7 @@ def _recompute_from(residuals):
 # ---- GLA form (per-channel gates) and the undecayed covariance of the CCQ read -------------------
 
 
-def _la_states(q, k, v, g, h0, lay, chunk, gate):
-    """What the output pass reads: (G, the queries it reads the states with, the intra-chunk scores, the states
-    entering each chunk in q's dtype, the final state fp32)."""
+def _la_forward(q, k, v, g, h0, lay, scale, chunk, gate, out_dtype):
     interpret = _interpret()
     if gate:  # per-channel gates applied to q and k once, 0/1 masks included (gated_inputs, which forms G)
         G, q_read, k_write = la.gated_inputs(g, q, k, lay.reads, lay.writes, chunk=chunk, interpret=interpret)
@@ -122,13 +120,8 @@ def _la_states(q, k, v, g, h0, lay, chunk, gate):
         scores = la.diagonal_scores(q, k, G, lay.dd, scores, chunk=chunk, interpret=interpret)
     states, final = la.chunk_states(k_write, v, G, writes, lay.keep, h0, chunk=chunk, gate=gate, store=q.dtype,
                                     interpret=interpret)
-    return G, q_read, scores, states, final
-
-
-def _la_forward(q, k, v, g, h0, lay, scale, chunk, gate, out_dtype):
-    G, q_read, scores, states, final = _la_states(q, k, v, g, h0, lay, chunk, gate)
     o = la.chunk_out(q_read, None, lay.reads, states, scores, v, chunk=chunk, gate=None, transpose_scores=False,
-                     s_inter=scale, s_intra=scale, out_dtype=out_dtype, interpret=_interpret())
+                     s_inter=scale, s_intra=scale, out_dtype=out_dtype, interpret=interpret)
     return o, final, scores, G
 
 
@@ -147,7 +140,7 @@ def _la_fwd(q, k, v, g, h0, lay, scale, chunk, gate, out_dtype):
 
 def _la_backward(q, k, v, G, h0, lay, scores, do, dfinal, scale, chunk, gate, dq_rest=None, shared_keys=False):
     """(dq, dk in q's dtype, dv in v's dtype, dg fp32 or None, dh0) of `_linear_attention`, the states
-    recomputed; G: the gates' in-chunk cumsum; dq_rest (fp32 or None): another share of dq, added on chip.
+    recomputed; G: the gates' in-chunk cumsum; dq_rest (or None): another share of dq, added on chip.
     shared_keys (no gates, v is k: the CCQ covariance): dk is the gradient of both uses and dv None."""
     interpret = _interpret()
     common = dict(chunk=chunk, gate=gate, interpret=interpret)
@@ -221,15 +214,15 @@ def _ccq_keys(k, lay, chunk, normalize, totals):
 
 
 def _ccq_read_forward(q, k, lam, cov0, sum0, count0, lay, chunk, centered, normalize):
-    """(outputs, residuals): the backward keeps C q (fp32) and the sums entering each chunk, and recomputes
+    """(outputs, residuals): the backward keeps C q (in q's dtype) and the sums entering each chunk, and recomputes
     the keys and the covariance's states."""
     interpret = _interpret()
     kh, totals = _ccq_keys(k, lay, chunk, normalize, totals=True)
     (sum_in, count_in), final = _key_scan(totals, (sum0, count0), lay.keep)
     # the state is [key, value] = C^T: C q_t = sum_k q_tk S[k, :]
-    _, _, scores, states, cov_t = _la_states(q, kh, kh, None, cov0, lay, chunk, None)
-    q_clean, cov_q = ccq_read.clean_read(q, kh, states, scores, lam, lay.reads, lay.dd, sum_in, count_in,
-                                         chunk=chunk, centered=centered, interpret=interpret)
+    cov_q, cov_t, scores, _ = _la_forward(q, kh, kh, None, cov0, lay, 1.0, chunk, None, q.dtype)
+    q_clean = ccq_read.clean_query(q, kh, cov_q, lam, lay.reads, lay.dd, sum_in, count_in, chunk=chunk,
+                                   centered=centered, interpret=interpret)
     return (q_clean, (cov_t, *final)), (q, k, lam, cov0, lay, cov_q, scores, sum_in, count_in)
 
 
