@@ -223,7 +223,7 @@ def _kernel_times(family, B, T, timed):
         timed(f"clean_query_grad/{n_rows}", jit(lambda g, q, k, c, lam: ccq_read.clean_query_grad(
             g, q, k, c, lam, lay.reads, lay.dd, sums, counts, centered=True, **ccq_kw)), q, q, k, c, lam)
         timed(f"statistics_keys/{n_rows}", jit(lambda k: ccq_read.statistics_keys(
-            k, lay.writes, eps=1e-6, totals=True, **ccq_kw)), k)
+            k, lay.writes, eps=1e-6, **ccq_kw)), k)
         timed(f"key_grad/{n_rows}", jit(lambda k, dkh, dm: ccq_read.key_grad(
             k, dkh, dm, sums, lay.writes, lay.dd, eps=1e-6, **ccq_kw)), k, k, c)
     # the CCQ covariance: an ungated linear attention with values k (K = V), its kernels as _ccq_read runs them

@@ -64,15 +64,15 @@ def _per_chunk_sum(partials, chunk, rows):
     return jnp.sum(partials.reshape(b_, programs // per, per, *partials.shape[2:]), axis=2)
 
 
-def statistics_keys(k, writes, *, chunk, eps, totals, interpret, rows=32):
-    """The keys k^ of the CCQ statistics in k's dtype, k^ = k / sqrt(||k||^2 + eps) formed in fp32 (eps None: k as
-    it is), and with totals the sum of writes_t k^_t over each chunk (the keys it hands on to the next, [B, N, H, K]
-    fp32, of k^ as rounded for the kernels that read it), else None. Programs of `rows` tokens at the full key
-    width (row norms), their partial sums added per chunk by XLA."""
+def statistics_keys(k, writes, *, chunk, eps, interpret, rows=32):
+    """(the keys k^ of the CCQ statistics in k's dtype, k^ = k / sqrt(||k||^2 + eps) formed in fp32 (eps None: k as
+    it is); the sum of writes_t k^_t over each chunk, the keys it hands on to the next, [B, N, H, K] fp32, of k^ as
+    rounded for the kernels that read it). Programs of `rows` tokens at the full key width (row norms), their
+    partial sums added per chunk by XLA."""
     heads, dk = k.shape[2:]
     rows, grid = _grid(rows, chunk, k.shape)
 
-    def kernel(k_ref, w_ref, kh_ref, *sum_ref):
+    def kernel(k_ref, w_ref, kh_ref, sum_ref):
         at = _place(heads, rows, chunk)
         b, h, tokens, full = at.b, at.h, at.tokens, pl.ds(0, dk)
         kh = tile(k_ref, b, tokens, h, full)
@@ -80,14 +80,12 @@ def statistics_keys(k, writes, *, chunk, eps, totals, interpret, rows=32):
             kh = kh * jax.lax.rsqrt(jnp.sum(kh * kh, axis=1, keepdims=True) + eps)
         kh = kh.astype(kh_ref.dtype)
         kh_ref[b, tokens, h, full] = kh
-        if totals:
-            sum_ref[0][b, pl.ds(pl.program_id(0), 1), h, full] = jnp.sum(
-                w_ref[b, tokens][:, None] * kh.astype(f32), axis=0, keepdims=True)
+        sum_ref[b, pl.ds(pl.program_id(0), 1), h, full] = jnp.sum(w_ref[b, tokens][:, None] * kh.astype(f32), axis=0,
+                                                                  keepdims=True)
 
-    outs = (jax.ShapeDtypeStruct(k.shape, k.dtype),)
-    outs += (jax.ShapeDtypeStruct((k.shape[0], grid[0], heads, dk), f32),) if totals else ()
-    res = launch(kernel, outs, grid, interpret=interpret, name="statistics_keys")(k, writes)
-    return res[0], (_per_chunk_sum(res[1], chunk, rows) if totals else None)
+    outs = (jax.ShapeDtypeStruct(k.shape, k.dtype), jax.ShapeDtypeStruct((k.shape[0], grid[0], heads, dk), f32))
+    kh, partials = launch(kernel, outs, grid, interpret=interpret, name="statistics_keys")(k, writes)
+    return kh, _per_chunk_sum(partials, chunk, rows)
 
 
 def _pairs(dd_ref, at, rows, chunk, later):

@@ -136,11 +136,11 @@ def diagonal_scores(q, k, g, dd, scores, *, chunk, interpret):
 
         def column(j, acc):  # the scores of the sub-block's queries against its key j
             t = s * SUB + j
-            val = jnp.zeros((SUB,), f32)
+            terms = jnp.zeros((SUB, bk), f32)  # summed over the K tiles first: one cross-lane reduction per key
             for (q, G), ks in zip(tiles, kss):
                 kj, gj = k_ref[b, t, h, ks].astype(f32)[None, :], g_ref[b, t, h, ks][None, :]
-                val += jnp.sum(q * kj * masked_exp(G - gj, (i >= j)[:, None]), axis=1)
-            return jnp.where(i[None, :] == j, val[:, None], acc)
+                terms += q * kj * masked_exp(G - gj, (i >= j)[:, None])
+            return jnp.where(i[None, :] == j, jnp.sum(terms, axis=1)[:, None], acc)
 
         acc = jax.lax.fori_loop(0, SUB, column, jnp.zeros((SUB, SUB), f32))
         causal = same_doc_causal(dd_ref, b, rows, SUB)

@@ -202,28 +202,26 @@ def _key_scan(totals, init, keep):
     return entering, tuple(l[:, -1] for l in leaving)
 
 
-def _ccq_keys(k, lay, chunk, normalize, totals):
-    """(the keys k^ of the CCQ statistics in k's dtype, with totals the (sums [B, N, H, K] fp32, counts [B, N, H])
-    of the keys each chunk hands on to the next, else None)."""
+def _ccq_keys(k, lay, chunk, normalize):
+    """(the keys k^ of the CCQ statistics in k's dtype, the (sums [B, N, H, K] fp32, counts [B, N, H]) of the keys
+    each chunk hands on to the next)."""
     kh, sums = ccq_read.statistics_keys(k, lay.writes, chunk=chunk, eps=L2_NORM_EPS if normalize else None,
-                                        totals=totals, interpret=_interpret())
-    if not totals:
-        return kh, None
+                                        interpret=_interpret())
     counts = jnp.sum(lay.writes.reshape(k.shape[0], -1, chunk), axis=-1)
     return kh, (sums, jnp.broadcast_to(counts[..., None], sums.shape[:3]))
 
 
 def _ccq_read_forward(q, k, lam, cov0, sum0, count0, lay, chunk, centered, normalize):
-    """(outputs, residuals): the backward keeps C q (in q's dtype) and the sums entering each chunk, and recomputes
-    the keys and the covariance's states."""
+    """(outputs, residuals): the backward keeps the keys k^, C q (both in q's dtype) and the sums entering each
+    chunk, and recomputes the covariance's states."""
     interpret = _interpret()
-    kh, totals = _ccq_keys(k, lay, chunk, normalize, totals=True)
+    kh, totals = _ccq_keys(k, lay, chunk, normalize)
     (sum_in, count_in), final = _key_scan(totals, (sum0, count0), lay.keep)
     # the state is [key, value] = C^T: C q_t = sum_k q_tk S[k, :]
     cov_q, cov_t, scores, _ = _la_forward(q, kh, kh, None, cov0, lay, 1.0, chunk, None, q.dtype)
     q_clean = ccq_read.clean_query(q, kh, cov_q, lam, lay.reads, lay.dd, sum_in, count_in, chunk=chunk,
                                    centered=centered, interpret=interpret)
-    return (q_clean, (cov_t, *final)), (q, k, lam, cov0, lay, cov_q, scores, sum_in, count_in)
+    return (q_clean, (cov_t, *final)), (q, k, kh, lam, cov0, lay, cov_q, scores, sum_in, count_in)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(7, 8, 9))
@@ -235,10 +233,9 @@ def _ccq_read(q, k, lam, cov0, sum0, count0, lay, chunk, centered, normalize):
 def _ccq_read_backward(res, dqc, dstats, chunk, centered, normalize, dk_rest=None):
     """(dq, dk, dlam, dcov0, dsum0, dcount0) of `_ccq_read` given the cotangents of q_clean and of the final
     statistics; dk_rest: the keys' gradient from a backbone reading them too, added on chip (`key_grad`)."""
-    q, k, lam, cov0, lay, cov_q, scores, sum_in, count_in = _recompute_from(res)
+    q, k, kh, lam, cov0, lay, cov_q, scores, sum_in, count_in = _recompute_from(res)
     dcov_t, dfinal_sum, dfinal_count = dstats
     interpret = _interpret()
-    kh, _ = _ccq_keys(k, lay, chunk, normalize, totals=False)
     dq, dc, dlam, dm, dsum_in, dcount_in = ccq_read.clean_query_grad(
         dqc.astype(q.dtype), q, kh, cov_q, lam, lay.reads, lay.dd, sum_in, count_in, chunk=chunk,
         centered=centered, interpret=interpret)
