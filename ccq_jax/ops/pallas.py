@@ -263,7 +263,8 @@ def _stats_inputs(initial_stats, kp):
     """(C^T, key sum, count) of the initial statistics, padded to the key width kp, as `_ccq_read` takes them."""
     dk = initial_stats.key_sum.shape[-1]
     cov0 = _pad_state(jnp.swapaxes(initial_stats.cov, 2, 3), kp, kp)
-    return cov0, jnp.pad(initial_stats.key_sum.astype(f32), [(0, 0), (0, 0), (0, kp - dk)]), initial_stats.count.astype(f32)
+    sum0 = jnp.pad(initial_stats.key_sum.astype(f32), [(0, 0), (0, 0), (0, kp - dk)])
+    return cov0, sum0, initial_stats.count.astype(f32)
 
 
 def _stats_outputs(stats, dk):
