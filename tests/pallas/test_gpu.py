@@ -28,6 +28,9 @@ def test_against_recurrence(x, name, dtype):
     check_op(name, x, 64, dtype)
 
 
-@pytest.mark.parametrize("centered,normalize_keys", [(False, True), (True, False)])
-def test_ccq_query_options(x, centered, normalize_keys):
-    check_op("ccq_query", x, 64, jnp.bfloat16, centered=centered, normalize_keys=normalize_keys)
+@pytest.mark.parametrize("name,centered,normalize_keys", [
+    ("ccq_query", False, True), ("ccq_query", True, False), ("ccq_gla", False, True),
+    ("ccq_gated_delta_rule", True, False),
+])
+def test_ccq_options(x, name, centered, normalize_keys):
+    check_op(name, x, 64, jnp.bfloat16, centered=centered, normalize_keys=normalize_keys)

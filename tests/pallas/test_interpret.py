@@ -28,11 +28,15 @@ def test_against_recurrence(names, chunk, dtype):
         check_op(name, x, chunk, dtype)
 
 
-@pytest.mark.parametrize("centered,normalize_keys", [(False, True), (True, False)])
-def test_ccq_query_options(centered, normalize_keys):
+@pytest.mark.parametrize("name,centered,normalize_keys", [
+    ("ccq_query", False, True), ("ccq_query", True, False),
+    # the fused ops add the backbone's key gradient inside `key_grad`: there too without dm and without the norm
+    ("ccq_gla", False, True), ("ccq_gated_delta_rule", True, False),
+])
+def test_ccq_options(name, centered, normalize_keys):
     """The CCQ read's kernels without the mean term and without normalised keys (each its own branch); chunk 64
     puts `key_grad`'s 32-token programs at both offsets inside a chunk."""
-    check_op("ccq_query", inputs(31, t=70), 64, centered=centered, normalize_keys=normalize_keys)
+    check_op(name, inputs(31, t=70), 64, centered=centered, normalize_keys=normalize_keys)
 
 
 def test_chunk_size_must_be_a_power_of_two():
