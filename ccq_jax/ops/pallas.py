@@ -207,7 +207,7 @@ def _ccq_keys(k, lay, chunk, normalize):
     each chunk hands on to the next)."""
     kh, sums = ccq_read.statistics_keys(k, lay.writes, chunk=chunk, eps=L2_NORM_EPS if normalize else None,
                                         interpret=_interpret())
-    counts = jnp.sum(lay.writes.reshape(k.shape[0], -1, chunk), axis=-1)
+    counts = jnp.sum(_per_chunk(lay.writes, chunk), axis=2)
     return kh, (sums, jnp.broadcast_to(counts[..., None], sums.shape[:3]))
 
 
@@ -355,7 +355,7 @@ class _DeltaRest(NamedTuple):
 
 
 def _per_chunk(x, chunk):
-    """[B, Tp, H, *] -> [B, N, C, H, *]."""
+    """[B, Tp, *] -> [B, N, C, *]."""
     return x.reshape(x.shape[0], -1, chunk, *x.shape[2:])
 
 
