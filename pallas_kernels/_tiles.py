@@ -20,6 +20,7 @@ from jax.experimental.pallas import triton as pltriton
 del _pltpu
 
 SUB = 16  # secondary chunk: the diagonal blocks whose pairwise decays are formed exactly
+HALF = SUB // 2  # inside a diagonal block: the halves whose pairwise decays are formed exactly
 
 
 def launch(kernel, out_shape, grid, *, interpret, num_warps=4, num_stages=2, aliases=None, name=None):

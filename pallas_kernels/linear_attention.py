@@ -27,8 +27,8 @@ import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
-from pallas_kernels._tiles import (SUB, batch_head, chunk_decay, dot, from_start, gate_row, gate_tile, iota, launch,
-                                   masked_exp, same_doc_causal, tile, to_end)
+from pallas_kernels._tiles import (HALF, SUB, batch_head, chunk_decay, dot, from_start, gate_row, gate_tile, iota,
+                                   launch, masked_exp, same_doc_causal, tile, to_end)
 
 f32 = jnp.float32
 
@@ -365,13 +365,24 @@ def chunk_dqk(q, k, v, do, g, reads, writes, keep, states, dstates, dscores, dia
     return res[0], res[1], (res[2] if gate == "channel" else None)
 
 
+def _halves(s):
+    """(the 16-block's first token, its top and bottom halves as row slices, the reference token: the top's last)."""
+    t0 = s * SUB
+    return t0, pl.ds(t0, HALF), pl.ds(t0 + HALF, HALF), t0 + HALF - 1
+
+
 def diagonal_dqk(q, k, g, dscores, reads, writes, *, chunk, interpret):
     """dq, dk ([B, Tp, H, K] fp32) of each token through the diagonal SUB x SUB block of dA holding it, and from
     the same tiles the backward's gated q exp(G) reads and k exp(G_last - G) writes (as `gated_inputs`'):
     (dq, dk, gated q, gated k).
 
-    One program per (K tile, 16-token sub-block), on [SUB, SUB, BK] tiles with the exact pairwise decay:
-    dq_i = sum_{j<=i} dA_ij k_j exp(G_i - G_j),  dk_j = sum_{i>=j} dA_ij q_i exp(G_i - G_j).
+    One program per (K tile, 16-token block): dq_i = sum_{j<=i} dA_ij k_j exp(G_i - G_j), dk_j = sum_{i>=j}
+    dA_ij q_i exp(G_i - G_j); inside each 8-token half on [8, 8, BK] tiles with the exact pairwise decay, the
+    bottom queries against the top keys through the top's last token r: exp(G_i - G_j) = e_i f_j with
+    e = exp(G - G_r) (bottom) and f = exp(G_r - G) (top), both exponents <= 0 (G does not increase), so nothing
+    overflows: dq_i += e_i sum_j dA_ij k_j f_j and dk_j += f_j sum_i dA_ij q_i e_i. Measured on the H200 at 2
+    warps (B=4, T=4096, H=4, K=256): 0.18 ms against 0.29 with all pairs exact on [16, 16, BK] tiles (0.27 at 2
+    warps); `diagonal_scores` did not gain from the same halves (0.220 against 0.212).
     """
     b_, tp, heads, dk = q.shape
     bk = block(dk, 32)
@@ -380,19 +391,33 @@ def diagonal_dqk(q, k, g, dscores, reads, writes, *, chunk, interpret):
     def kernel(q_ref, k_ref, g_ref, da_ref, r_ref, w_ref, dq_ref, dk_ref, q_out, k_out):
         kt, s = pl.program_id(0), pl.program_id(1)
         b, h = batch_head(2, heads)
-        rows, ks = pl.ds(s * SUB, SUB), pl.ds(kt * bk, bk)
-        G, qf, kf = g_ref[b, rows, h, ks], tile(q_ref, b, rows, h, ks), tile(k_ref, b, rows, h, ks)
-        i = iota(SUB)
-        decay = masked_exp(G[:, None, :] - G[None, :, :], (i[:, None] >= i[None, :])[:, :, None])
-        weighted = da_ref[b, h, rows, pl.ds((s % subs) * SUB, SUB)][:, :, None] * decay  # [query i, key j, BK]
-        dq_ref[b, rows, h, ks] = jnp.sum(weighted * kf[None, :, :], axis=1)
-        dk_ref[b, rows, h, ks] = jnp.sum(weighted * qf[:, None, :], axis=0)
+        t0, top, bottom, r = _halves(s)
+        ks, c0 = pl.ds(kt * bk, bk), (s % subs) * SUB
+        i = iota(HALF)
+        lower = (i[:, None] >= i[None, :])[:, :, None]
         G_last = g_ref[b, (s // subs) * chunk + chunk - 1, h, ks]
-        _gated_tiles(qf, kf, G, G_last, r_ref[b, rows], w_ref[b, rows], q_out, k_out, (b, rows, h, ks))
+        gr = g_ref[b, r, h, ks][None, :]
+
+        def half(rows, c):  # the pairs inside one half, exact: (G, q, k, dq, dk) on its tiles
+            G, qf, kf = g_ref[b, rows, h, ks], tile(q_ref, b, rows, h, ks), tile(k_ref, b, rows, h, ks)
+            weighted = da_ref[b, h, rows, pl.ds(c, HALF)][:, :, None] * masked_exp(G[:, None, :] - G[None, :, :],
+                                                                                   lower)  # [query, key, BK]
+            _gated_tiles(qf, kf, G, G_last, r_ref[b, rows], w_ref[b, rows], q_out, k_out, (b, rows, h, ks))
+            return G, qf, kf, jnp.sum(weighted * kf[None, :, :], axis=1), jnp.sum(weighted * qf[:, None, :], axis=0)
+
+        G_top, _, k_top, dq_top, dk_top = half(top, c0)
+        G_bottom, q_bottom, _, dq_bottom, dk_bottom = half(bottom, c0 + HALF)
+        e, f = jnp.exp(G_bottom - gr), jnp.exp(gr - G_top)
+        dA = da_ref[b, h, bottom, pl.ds(c0, HALF)][:, :, None]  # the bottom queries against the top keys
+        dq_bottom += e * jnp.sum(dA * (k_top * f)[None, :, :], axis=1)
+        dk_top += f * jnp.sum(dA * (q_bottom * e)[:, None, :], axis=0)
+        for rows, dq, dk_ in ((top, dq_top, dk_top), (bottom, dq_bottom, dk_bottom)):
+            dq_ref[b, rows, h, ks] = dq
+            dk_ref[b, rows, h, ks] = dk_
 
     grad = jax.ShapeDtypeStruct(q.shape, f32)
     outs = (grad, grad, jax.ShapeDtypeStruct(q.shape, q.dtype), jax.ShapeDtypeStruct(k.shape, k.dtype))
-    return tuple(launch(kernel, outs, (dk // bk, tp // SUB, b_ * heads), interpret=interpret,
+    return tuple(launch(kernel, outs, (dk // bk, tp // SUB, b_ * heads), interpret=interpret, num_warps=2,
                         name="diagonal_dqk")(q, k, g, dscores, reads, writes))
 
 
