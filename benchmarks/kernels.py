@@ -196,6 +196,8 @@ def _kernel_times(family, B, T, timed):
         w, factors = k, backend._head_factors(G, lay, C)
         timed("delta_states", jit(lambda w, u, k, f: delta_rule.delta_states(
             w, u, k, f.write, f.decay, h0, store=jnp.bfloat16, **kw)), w, v, k, factors)
+        timed("chunk_states (the backward's, from v_new)", jit(lambda k, v, f: la.chunk_states(
+            k, v, None, f.write, f.decay, h0, gate=None, store=jnp.bfloat16, **kw)), k, v, factors)
         timed("delta_dstates", jit(lambda q, k, do, f: delta_rule.delta_dstates(
             q, k, k, do, do.astype(jnp.float32), *f, h0, scale=1.0, store=jnp.bfloat16, **kw)),
             q, k, do, factors)
@@ -204,6 +206,8 @@ def _kernel_times(family, B, T, timed):
         chunks_T = inverse(k, G, beta)
         timed("wy_apply", jit(lambda T, k, v, G, beta: delta_wy.wy_apply(
             T, k, v, G, beta, lay.reads, **kw)), chunks_T, k, v, G, beta)
+        timed("wy_apply (w alone)", jit(lambda T, k, G, beta: delta_wy.wy_apply(
+            T, k, None, G, beta, lay.reads, **kw)[0]), chunks_T, k, G, beta)
         timed("wy_gradient", jit(lambda k, v, G, beta, T, dw, du, dk: delta_wy.wy_gradient(
             k, v, G, beta, lay.reads, lay.dd, T, dw, du, dk, **kw)), k, v, G, beta, chunks_T, k, do,
             k.astype(jnp.float32))

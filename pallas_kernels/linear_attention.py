@@ -155,12 +155,15 @@ def chunk_states(x, y, g, mask, keep, h0, *, chunk, gate, reverse=False, scale=1
     """The state pass: S <- decay S + scale x^T y chunk by chunk (from the end with reverse=True, the backward
     pass of the state gradient). Per-channel gates: x carries its in-chunk factor already (`gated_inputs`: keys
     decayed to their chunk's end, or queries from its start), g (G) gives the chunk decay exp(G_last) keep, and
-    mask is None; no gates: mask (0/1 per token) scales the rows of y and the decay is keep.
+    mask is None; no gates: mask scales the rows of y and the decay is keep, both fp32, per token `[B, Tp]` and
+    per chunk `[B, N]` (0/1), or per head as well, `[B, Tp, H]` and `[B, N, H]` (the gated delta rule's states
+    from its v_new: its factors exp(G_last - G) writes and exp(G_last) keep).
 
     Returns (the state entering each step `[B, N, H, K, V]` in dtype `store`, or None; the final state fp32).
     """
     if gate == "head":
-        raise ValueError("chunk_states: gates per channel or none (the gated delta rule has delta_states)")
+        raise ValueError("chunk_states: gates per channel or none (the gated delta rule's per-head factors go in "
+                         "as mask and keep)")
     b_, tp, heads, dk = x.shape
     dv = y.shape[-1]
     # 64-wide tiles, 4 warps, 3 stages (the next chunk's loads in flight): GLA (prescaled keys) 0.144 ms against
@@ -178,6 +181,7 @@ def chunk_states(x, y, g, mask, keep, h0, *, chunk, gate, reverse=False, scale=1
         kt, vt = pl.program_id(0), pl.program_id(1)
         b, h = batch_head(2, heads)
         ks, vs = pl.ds(kt * bk, bk), pl.ds(vt * bv, bv)
+        head_slice = lambda ref, at: ref[b, at] if len(ref.shape) == 2 else ref[b, at, h]  # shared, or per head
 
         chunk_at = lambda i: jnp.maximum(n_chunks - 1 - i, 0) if reverse else jnp.minimum(i, n_chunks - 1)
 
@@ -187,10 +191,10 @@ def chunk_states(x, y, g, mask, keep, h0, *, chunk, gate, reverse=False, scale=1
             rows = pl.ds(t0, chunk)
             y = y_ref[b, rows, h, vs]
             if m_ref is not None:  # a per-token factor: on y's rows, so that x enters the dot as loaded
-                y = (y.astype(f32) * m_ref[b, rows][:, None]).astype(y.dtype)
+                y = (y.astype(f32) * head_slice(m_ref, rows)[:, None]).astype(y.dtype)
             update = scale * dot(x_ref[b, rows, h, ks], y, trans_a=True)
             G_last = gate_row(g_ref, gate, b, t0 + chunk - 1, h, ks)
-            return jnp.reshape(chunk_decay(G_last, keep_ref[b, pl.ds(n, 1)]), (-1, 1)), update
+            return jnp.reshape(chunk_decay(G_last, head_slice(keep_ref, pl.ds(n, 1))), (-1, 1)), update
 
         def step(i, carry):  # chunk i+1's loads and dot are issued before chunk i's state update needs its own
             S, decay, update = carry

@@ -422,23 +422,20 @@ def _delta_rest(q, k, G, lay, chunk):
     )
 
 
-def _delta_pass(k, factors, w, u, h0, chunk):
-    """The chunk-to-chunk pass, given w and u: (state entering each chunk, v_new, final state)."""
-    return delta_rule.delta_states(w.astype(k.dtype), u.astype(k.dtype), k, factors.write, factors.decay, h0,
-                                   chunk=chunk, store=k.dtype, interpret=_interpret())
-
-
 def _delta_forward(q, k, v, g, beta, h0, lay, scale, chunk):
-    """(o, final state, the chunks' T = (I + A)^-1, fp32)."""
+    """(o, final state, (the chunks' T = (I + A)^-1 fp32, v_new, the intra-chunk scores)): the last three are what
+    the backward keeps."""
     interpret = _interpret()
     G = _chunk_cumsum(g, chunk)
     inverse = delta_wy.wy_inverse(k, G, beta, lay.dd, chunk=chunk, interpret=interpret)
     w, u = delta_wy.wy_apply(inverse, k, v, G, beta, lay.reads, chunk=chunk, interpret=interpret)
-    states, v_new, final = _delta_pass(k, _head_factors(G, lay, chunk), w, u, h0, chunk)
+    factors = _head_factors(G, lay, chunk)
+    states, v_new, final = delta_rule.delta_states(w, u, k, factors.write, factors.decay, h0, chunk=chunk,
+                                                   store=k.dtype, interpret=interpret)
     scores = la.intra_scores(q, k, G, lay.dd, chunk=chunk, gate="head", interpret=interpret)
     o = la.chunk_out(q, G, lay.reads, states, scores, v_new, chunk=chunk, gate="head",
                      transpose_scores=False, s_inter=scale, s_intra=scale, out_dtype=v.dtype, interpret=interpret)
-    return o, final, inverse
+    return o, final, (inverse, v_new, scores)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(7, 8))
@@ -449,21 +446,23 @@ def _delta_rule(q, k, v, g, beta, h0, lay, scale, chunk):
 
 def _dr_fwd(q, k, v, g, beta, h0, lay, scale, chunk):
     """Keeps the chunks' T (fp32 [B, Tp, H, C]: half of k's bytes for bf16 k at C = 64, K = 256), from which
-    the backward forms w and u (`delta_wy.wy_apply`) instead of solving again."""
-    o, final, inverse = _delta_forward(q, k, v, g, beta, h0, lay, scale, chunk)
-    return (o, final), (q, k, v, g, beta, h0, lay, inverse)
+    the backward forms w (`delta_wy.wy_apply`) instead of solving again, v_new (v's bytes), from which it forms
+    the states entering the chunks again in a plain state pass (`chunk_states`, without the delta rule's w S
+    product, which its sequential loop would wait for), and the intra-chunk scores (fp32 [B, H, Tp, C])."""
+    o, final, kept = _delta_forward(q, k, v, g, beta, h0, lay, scale, chunk)
+    return (o, final), (q, k, v, g, beta, h0, lay, *kept)
 
 
 def _dr_bwd(scale, chunk, res, cts):
-    q, k, v, g, beta, h0, lay, inverse = _recompute_from(res)
+    q, k, v, g, beta, h0, lay, inverse, v_new, scores = _recompute_from(res)
     do, dfinal = cts
     do = do.astype(q.dtype)
     interpret = _interpret()
     G, cumsum_vjp = jax.vjp(lambda g: _chunk_cumsum(g, chunk), g)
-    w, u = delta_wy.wy_apply(inverse, k, v, G, beta, lay.reads, chunk=chunk, interpret=interpret)
+    w, _ = delta_wy.wy_apply(inverse, k, None, G, beta, lay.reads, chunk=chunk, interpret=interpret)
     factors = _head_factors(G, lay, chunk)
-    states, v_new, _ = _delta_pass(k, factors, w, u, h0, chunk)
-    scores = la.intra_scores(q, k, G, lay.dd, chunk=chunk, gate="head", interpret=interpret)
+    states, _ = la.chunk_states(k, v_new, None, factors.write, factors.decay, h0, chunk=chunk, gate=None,
+                                store=k.dtype, interpret=interpret)
     dv_local = la.chunk_out(k, None, None, None, scores, do, chunk=chunk, gate=None,
                             transpose_scores=True, s_inter=0.0, s_intra=scale, out_dtype=q.dtype, interpret=interpret)
     dstates, dv_new, dh0 = delta_rule.delta_dstates(q, k, w, do, dv_local, *factors, dfinal, chunk=chunk,

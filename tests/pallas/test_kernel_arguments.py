@@ -15,8 +15,8 @@ def _tokens(width=K):
 
 def test_chunk_states_refuses_per_head_gates():
     x = _tokens()
-    with pytest.raises(ValueError, match=r"chunk_states: gates per channel or none \(the gated delta rule has "
-                                         r"delta_states\)"):
+    with pytest.raises(ValueError, match=r"chunk_states: gates per channel or none \(the gated delta rule's "
+                                         r"per-head factors go in as mask and keep\)"):
         la.chunk_states(x, x, jnp.zeros((B, T, H)), None, jnp.ones((B, 1)), jnp.zeros((B, H, K, K)), chunk=C,
                         gate="head", interpret=True)
 
