@@ -4,6 +4,7 @@ Run on the GPU machine, with fla's wheels installed there (docs/benchmarks.md sa
     python3 benchmarks/kernels.py --out bench.json            # T = 4096 and 16384 (impl="chunk" at 4096 only)
     python3 benchmarks/kernels.py --seqlens 4096 --impls pallas   # the quick comparison (fla autotunes for minutes)
     python3 benchmarks/kernels.py --seqlens 4096 --no-fla     # ours only
+    python3 benchmarks/kernels.py --seqlens 4096 --impls pallas --chunk-sizes 64 128   # ours at two chunk sizes
     python3 benchmarks/kernels.py --breakdown                 # each Pallas kernel alone, several tile sizes
 
 Shapes follow fla's 1.3B configs (B = 4, bf16 q/k/v, fp32 gates): GLA H=4, K=256, V=512;
@@ -19,6 +20,7 @@ fla issue #640); the guard is lifted to time it, so its gradients here are not t
 import argparse
 import contextlib
 import json
+import itertools
 import os
 import statistics
 import time
@@ -90,7 +92,7 @@ def time_fla(family, x, reps):
     return res
 
 
-def _ours_fn(op_name, impl, grad):
+def _ours_fn(op_name, impl, grad, chunk=64):
     import jax
     import ccq_jax.ops as ops
 
@@ -98,7 +100,7 @@ def _ours_fn(op_name, impl, grad):
 
     def forward(q, k, v, g, beta, lam):
         args = [q, k, v, g] + ([beta] if "delta" in op_name else []) + ([lam] if op_name.startswith("ccq") else [])
-        return op(*args, impl=impl)[0]
+        return op(*args, impl=impl, chunk_size=chunk)[0]
 
     if not grad:
         return jax.jit(forward)
@@ -119,10 +121,10 @@ def ours_args(x, grad):
              jnp.asarray(x["lam"])] + ([bf(x["do"])] if grad else []))
 
 
-def time_ours(op_name, impl, x, reps):
+def time_ours(op_name, impl, x, reps, chunk=64):
     res = {}
     for key, grad in (("fwd_ms", False), ("fwdbwd_ms", True)):
-        fn = _ours_fn(op_name, impl, grad)
+        fn = _ours_fn(op_name, impl, grad, chunk)
         call_args = ours_args(x, grad)
         compiled = fn.lower(*call_args).compile()
         if grad:
@@ -311,6 +313,7 @@ def main():
     ap.add_argument("--impls", nargs="*", default=["pallas", "chunk"], help="none: fla alone")
     ap.add_argument("--families", nargs="+", default=["gla", "gdn"], choices=sorted(SHAPES))
     ap.add_argument("--xla-max-t", type=int, default=4096, help="time impl=chunk only up to this T (slow, large)")
+    ap.add_argument("--chunk-sizes", type=int, nargs="+", default=[64], help="ours: each op at each chunk size")
     ap.add_argument("--no-fla", action="store_true")
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--out", default="bench_kernels.json")
@@ -330,12 +333,13 @@ def main():
         for family in a.families:
             x = _inputs(family, a.batch, T)
             for impl in [i for i in a.impls if i != "chunk" or T <= a.xla_max_t]:
-                for op_name in OURS[family]:
+                for op_name, chunk in itertools.product(OURS[family], a.chunk_sizes):
                     try:
-                        r = time_ours(op_name, impl, x, a.reps)
+                        r = time_ours(op_name, impl, x, a.reps, chunk)
                     except Exception as err:  # report and go on: one failing variant must not hide the others
                         r = dict(error=f"{type(err).__name__}: {str(err)[:300]}")
-                    rows.append(dict(T=T, family=family, what=f"ours {op_name} ({impl})", **r))
+                    label = f"ours {op_name} ({impl}" + (f", chunk {chunk})" if chunk != 64 else ")")
+                    rows.append(dict(T=T, family=family, what=label, **r))
                     print(rows[-1], flush=True)
             if not a.no_fla:  # last: fla's Triton autotuning takes minutes on a fresh machine
                 name = f"fla chunk_{'gla' if family == 'gla' else 'gated_delta_rule'}"
