@@ -480,9 +480,21 @@ def _dr_bwd(scale, chunk, res, cts):
 _delta_rule.defvjp(_dr_fwd, _dr_bwd)
 
 
+# On the H200, chunk 128 asks for 320,000 bytes of shared memory (232,448 available) and fails at compilation
+GPU_DELTA_MAX_CHUNK = 64
+
+
+def _check_delta_chunk(chunk):
+    if chunk > GPU_DELTA_MAX_CHUNK and not _interpret():
+        raise ValueError(f"chunk_size: impl='pallas' runs the gated delta rule at chunk sizes up to "
+                         f"{GPU_DELTA_MAX_CHUNK} on a GPU (larger chunks need more shared memory than an H100/H200 "
+                         f"block has), got {chunk}")
+
+
 def gated_delta_rule(q, k, v, g, beta, *, scale, initial_state, docs, chunk_size=64):
     """Chunked gated delta rule in Pallas (+ XLA for part of the per-chunk algebra); see `ops.gated_delta_rule`."""
     chunk, tp, _, qkv, h0, undo = _backbone_inputs(q, k, v, initial_state, chunk_size)
+    _check_delta_chunk(chunk)
     return undo(*_delta_rule(*qkv, _pad(g, tp), _pad(beta, tp), h0, _layout(docs, chunk), scale, chunk))
 
 
@@ -491,6 +503,7 @@ def ccq_gated_delta_rule(q, k, v, g, beta, lam, *, scale, initial_state, initial
     """`ccq_query` feeding `gated_delta_rule` in Pallas, under one custom VJP (`_ccq_backbone`)."""
     inputs = _backbone_inputs(q, k, v, initial_state, chunk_size)
     chunk, tp, _, (_, _, v_padded), _, _ = inputs
+    _check_delta_chunk(chunk)
     backbone = _Backbone(lambda *args: _dr_fwd(*args, scale, chunk), lambda res, cts: _dr_bwd(scale, chunk, res, cts))
     return _ccq_with(backbone, inputs, (v_padded, _pad(g, tp), _pad(beta, tp)), lam, initial_stats, centered,
                      normalize_keys, docs)

@@ -11,7 +11,8 @@ import jax.numpy as jnp
 import pytest
 
 import ccq_jax.ops as ops
-from tests.pallas.conftest import check_op, inputs
+import ccq_jax.ops.pallas as backend
+from tests.pallas.conftest import OPS, check_op, inputs
 
 
 @pytest.mark.parametrize("names,chunk,dtype", [
@@ -43,3 +44,15 @@ def test_chunk_size_must_be_a_power_of_two():
     x = inputs(32, t=20)
     with pytest.raises(ValueError, match=r"chunk_size: impl='pallas' needs a power of two >= 16, got 24"):
         ops.gla(x["q"], x["k"], x["v"], x["g"], impl="pallas", chunk_size=24)
+
+
+@pytest.mark.parametrize("name", ["gated_delta_rule", "ccq_gated_delta_rule"])
+def test_gated_delta_rule_chunk_limit_on_a_gpu(monkeypatch, name):
+    """Compiled for a GPU, the gated delta rule refuses chunks past 64 before anything compiles (the H200 refused
+    chunk 128 at compilation, for want of shared memory)."""
+    monkeypatch.setattr(backend, "_interpret", lambda: False)
+    x = inputs(32, t=20)
+    with pytest.raises(ValueError, match=r"chunk_size: impl='pallas' runs the gated delta rule at chunk sizes up "
+                                         r"to 64 on a GPU \(larger chunks need more shared memory than an "
+                                         r"H100/H200 block has\), got 128"):
+        getattr(ops, name)(*(x[n] for n in OPS[name]), impl="pallas", chunk_size=128)
