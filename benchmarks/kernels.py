@@ -19,8 +19,8 @@ fla issue #640); the guard is lifted to time it, so its gradients here are not t
 
 import argparse
 import contextlib
-import json
 import itertools
+import json
 import os
 import statistics
 import time
@@ -92,7 +92,7 @@ def time_fla(family, x, reps):
     return res
 
 
-def _ours_fn(op_name, impl, grad, chunk=64):
+def _ours_fn(op_name, impl, grad, chunk=None):
     import jax
     import ccq_jax.ops as ops
 
@@ -121,7 +121,7 @@ def ours_args(x, grad):
              jnp.asarray(x["lam"])] + ([bf(x["do"])] if grad else []))
 
 
-def time_ours(op_name, impl, x, reps, chunk=64):
+def time_ours(op_name, impl, x, reps, chunk=None):
     res = {}
     for key, grad in (("fwd_ms", False), ("fwdbwd_ms", True)):
         fn = _ours_fn(op_name, impl, grad, chunk)
@@ -313,7 +313,8 @@ def main():
     ap.add_argument("--impls", nargs="*", default=["pallas", "chunk"], help="none: fla alone")
     ap.add_argument("--families", nargs="+", default=["gla", "gdn"], choices=sorted(SHAPES))
     ap.add_argument("--xla-max-t", type=int, default=4096, help="time impl=chunk only up to this T (slow, large)")
-    ap.add_argument("--chunk-sizes", type=int, nargs="+", default=[64], help="ours: each op at each chunk size")
+    ap.add_argument("--chunk-sizes", type=int, nargs="+", default=[None],
+                    help="ours: each op at each chunk size (default: the op's own)")
     ap.add_argument("--no-fla", action="store_true")
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--out", default="bench_kernels.json")
@@ -338,7 +339,7 @@ def main():
                         r = time_ours(op_name, impl, x, a.reps, chunk)
                     except Exception as err:  # report and go on: one failing variant must not hide the others
                         r = dict(error=f"{type(err).__name__}: {str(err)[:300]}")
-                    label = f"ours {op_name} ({impl}" + (f", chunk {chunk})" if chunk != 64 else ")")
+                    label = f"ours {op_name} ({impl}" + (f", chunk {chunk})" if chunk else ")")
                     rows.append(dict(T=T, family=family, what=label, **r))
                     print(rows[-1], flush=True)
             if not a.no_fla:  # last: fla's Triton autotuning takes minutes on a fresh machine

@@ -68,9 +68,18 @@ def _same_doc_causal(dd, chunk):
     return jnp.tril(jnp.ones((chunk, chunk), bool)) & (d[..., :, None] == d[..., None, :])
 
 
-def _check_chunk(chunk):
+# The gated delta rule on a GPU: at chunk 128 the H200 refused a kernel's 320,000 bytes of shared memory (232,448
+# available) at compilation
+GPU_DELTA_MAX_CHUNK = 64
+
+
+def _check_chunk(chunk, gpu_max=None):
+    """chunk_size as the kernels take it; gpu_max: the largest that compiles for a GPU (None: no limit)."""
     if chunk < SUB or chunk & (chunk - 1):
         raise ValueError(f"chunk_size: impl='pallas' needs a power of two >= {SUB}, got {chunk}")
+    if gpu_max is not None and chunk > gpu_max and not _interpret():
+        raise ValueError(f"chunk_size: impl='pallas' runs the gated delta rule at chunk sizes up to {gpu_max} on a "
+                         f"GPU (larger chunks need more shared memory than an H100/H200 block has), got {chunk}")
     return chunk
 
 
@@ -171,11 +180,11 @@ def _la_bwd(scale, chunk, gate, out_dtype, res, cts):
 _linear_attention.defvjp(_la_fwd, _la_bwd)
 
 
-def _backbone_inputs(q, k, v, initial_state, chunk_size):
+def _backbone_inputs(q, k, v, initial_state, chunk_size, gpu_max_chunk=None):
     """Padding shared by the backbones: (chunk, Tp, padded K, [q, k, v] in one dtype, h0, undo), where
-    undo(o, final_state) cuts the padding off again."""
+    undo(o, final_state) cuts the padding off again; gpu_max_chunk: `_check_chunk`'s gpu_max."""
     t, dk, dv = q.shape[1], q.shape[-1], v.shape[-1]
-    chunk = _check_chunk(chunk_size)
+    chunk = _check_chunk(chunk_size, gpu_max_chunk)
     tp, kp, vp = t + (-t % chunk), _width(dk), _width(dv)
     dtype = jnp.result_type(q, k, v)
     padded = [_pad(x.astype(dtype), tp, w) for x, w in ((q, kp), (k, kp), (v, vp))]
@@ -480,30 +489,17 @@ def _dr_bwd(scale, chunk, res, cts):
 _delta_rule.defvjp(_dr_fwd, _dr_bwd)
 
 
-# On the H200, chunk 128 asks for 320,000 bytes of shared memory (232,448 available) and fails at compilation
-GPU_DELTA_MAX_CHUNK = 64
-
-
-def _check_delta_chunk(chunk):
-    if chunk > GPU_DELTA_MAX_CHUNK and not _interpret():
-        raise ValueError(f"chunk_size: impl='pallas' runs the gated delta rule at chunk sizes up to "
-                         f"{GPU_DELTA_MAX_CHUNK} on a GPU (larger chunks need more shared memory than an H100/H200 "
-                         f"block has), got {chunk}")
-
-
 def gated_delta_rule(q, k, v, g, beta, *, scale, initial_state, docs, chunk_size=64):
     """Chunked gated delta rule in Pallas (+ XLA for part of the per-chunk algebra); see `ops.gated_delta_rule`."""
-    chunk, tp, _, qkv, h0, undo = _backbone_inputs(q, k, v, initial_state, chunk_size)
-    _check_delta_chunk(chunk)
+    chunk, tp, _, qkv, h0, undo = _backbone_inputs(q, k, v, initial_state, chunk_size, GPU_DELTA_MAX_CHUNK)
     return undo(*_delta_rule(*qkv, _pad(g, tp), _pad(beta, tp), h0, _layout(docs, chunk), scale, chunk))
 
 
 def ccq_gated_delta_rule(q, k, v, g, beta, lam, *, scale, initial_state, initial_stats, centered, normalize_keys,
                          docs, chunk_size=64):
     """`ccq_query` feeding `gated_delta_rule` in Pallas, under one custom VJP (`_ccq_backbone`)."""
-    inputs = _backbone_inputs(q, k, v, initial_state, chunk_size)
+    inputs = _backbone_inputs(q, k, v, initial_state, chunk_size, GPU_DELTA_MAX_CHUNK)
     chunk, tp, _, (_, _, v_padded), _, _ = inputs
-    _check_delta_chunk(chunk)
     backbone = _Backbone(lambda *args: _dr_fwd(*args, scale, chunk), lambda res, cts: _dr_bwd(scale, chunk, res, cts))
     return _ccq_with(backbone, inputs, (v_padded, _pad(g, tp), _pad(beta, tp)), lam, initial_stats, centered,
                      normalize_keys, docs)
