@@ -178,6 +178,8 @@ def delta_dqkwg(q, k, v_new, do, dv_new, g, dscores, reads, writes, keep, states
     grad = jax.ShapeDtypeStruct(q.shape, f32)
     outs = (jax.ShapeDtypeStruct(q.shape, dtype), grad, jax.ShapeDtypeStruct(k.shape, k.dtype),
             jax.ShapeDtypeStruct((n_k, b_, tp, heads), f32))
-    dq, dk_, dw, dG = launch(kernel, outs, (n_k, tp // chunk, b_ * heads), interpret=interpret, name="delta_dqkwg")(
-        q, k, v_new, do, dv_new, g, dscores, reads, writes, keep, states, dstates)
+    # 3 stages (the next V slab's loads in flight): 0.459 -> 0.397 ms alone on the H200 (B = 4, T = 4096, H = 6)
+    dq, dk_, dw, dG = launch(kernel, outs, (n_k, tp // chunk, b_ * heads), interpret=interpret, num_stages=3,
+                             name="delta_dqkwg")(q, k, v_new, do, dv_new, g, dscores, reads, writes, keep, states,
+                                                 dstates)
     return dq, dk_, dw, jnp.sum(dG, axis=0)
