@@ -370,9 +370,9 @@ def chunk_dqk(q, k, v, do, g, reads, writes, keep, states, dstates, dscores, dia
 
 
 def _halves(s):
-    """(the 16-block's first token, its top and bottom halves as row slices, the reference token: the top's last)."""
+    """(the 16-block's top and bottom halves as row slices, the reference token: the top's last)."""
     t0 = s * SUB
-    return t0, pl.ds(t0, HALF), pl.ds(t0 + HALF, HALF), t0 + HALF - 1
+    return pl.ds(t0, HALF), pl.ds(t0 + HALF, HALF), t0 + HALF - 1
 
 
 def diagonal_dqk(q, k, g, dscores, reads, writes, *, chunk, interpret):
@@ -395,7 +395,7 @@ def diagonal_dqk(q, k, g, dscores, reads, writes, *, chunk, interpret):
     def kernel(q_ref, k_ref, g_ref, da_ref, r_ref, w_ref, dq_ref, dk_ref, q_out, k_out):
         kt, s = pl.program_id(0), pl.program_id(1)
         b, h = batch_head(2, heads)
-        t0, top, bottom, r = _halves(s)
+        top, bottom, r = _halves(s)
         ks, c0 = pl.ds(kt * bk, bk), (s % subs) * SUB
         i = iota(HALF)
         lower = (i[:, None] >= i[None, :])[:, :, None]
