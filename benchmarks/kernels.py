@@ -156,7 +156,7 @@ def _kernel_times(family, B, T, timed):
     import jax.numpy as jnp
 
     import ccq_jax.ops.pallas as backend
-    from pallas_kernels import ccq_read, delta_rule, delta_wy
+    from pallas_kernels import ccq_read, delta_rule, delta_wy, mosaic_delta_states
     from pallas_kernels import linear_attention as la
 
     C = 64
@@ -200,6 +200,12 @@ def _kernel_times(family, B, T, timed):
             w, u, k, f.write, f.decay, h0, store=jnp.bfloat16, **kw)), w, v, k, factors)
         timed("chunk_states (the backward's, from v_new)", jit(lambda k, v, f: la.chunk_states(
             k, v, None, f.write, f.decay, h0, gate=None, store=jnp.bfloat16, **kw)), k, v, factors)
+        if not kw["interpret"]:  # the same two passes in Mosaic GPU (which the op runs on a GPU)
+            mosaic = lambda w, v, k, f: mosaic_delta_states.state_pass(w, v, k, f.write, f.decay, h0, chunk=C,
+                                                                       store=jnp.bfloat16)
+            timed("delta_states (Mosaic GPU)", jit(mosaic), w, v, k, factors)
+            timed("chunk_states (the backward's, Mosaic GPU)", jit(lambda v, k, f: mosaic(None, v, k, f)),
+                  v, k, factors)
         timed("delta_dstates", jit(lambda q, k, do, f: delta_rule.delta_dstates(
             q, k, k, do, do.astype(jnp.float32), *f, h0, scale=1.0, store=jnp.bfloat16, **kw)),
             q, k, do, factors)
@@ -316,6 +322,8 @@ def main():
     ap.add_argument("--chunk-sizes", type=int, nargs="+", default=[None],
                     help="ours: each op at each chunk size (default: the op's own)")
     ap.add_argument("--no-fla", action="store_true")
+    ap.add_argument("--triton-state-passes", action="store_true",
+                    help="the gated delta rule's state passes in their Triton twins instead of Mosaic GPU")
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--out", default="bench_kernels.json")
     ap.add_argument("--breakdown", action="store_true", help="time each Pallas kernel alone (first seqlen)")
@@ -323,6 +331,10 @@ def main():
                     help="breakdown columns: 'default' (each kernel's own) or WIDTH/WARPS[/STAGES]")
     ap.add_argument("--kernels", nargs="+", help="breakdown: time only the kernels whose names contain one of these")
     a = ap.parse_args()
+    if a.triton_state_passes:
+        import ccq_jax.ops.pallas
+
+        ccq_jax.ops.pallas.MOSAIC_STATE_PASSES = False
     if a.breakdown:
         configs = [(["default"] * 3 if c == "default" else c.split("/") + ["default"])[:3] for c in a.tilings]
         configs = [tuple(int(x) if x != "default" else x for x in c) for c in configs]

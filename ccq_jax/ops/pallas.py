@@ -11,7 +11,10 @@ is kept between forward and backward) and then run the state gradient backwards 
 chunks, as fla does:
   GLA and the CCQ covariance: all in Pallas (`pallas_kernels.linear_attention`).
   Gated delta rule: the two sequential passes, the output and the per-chunk gradients of q, k
-    and the gates in Pallas (`pallas_kernels.delta_rule`, the last one's XLA twin `_delta_rest`);
+    and the gates in Pallas (`pallas_kernels.delta_rule`, the last one's XLA twin `_delta_rest`); on a GPU
+    its forward state pass and the backward's recompute of the states in Mosaic GPU where they qualify
+    (`pallas_kernels.mosaic_delta_states`; the Triton twins otherwise, in interpret mode, and with
+    `MOSAIC_STATE_PASSES` False);
     the per-chunk WY/UT algebra (T, then w and u; its gradient) in Pallas (`pallas_kernels.delta_wy`,
     its XLA twin `_delta_wy`).
   The CCQ read: the chunks' key totals' scan across chunks in XLA (transposed for the backward);
@@ -33,16 +36,24 @@ from ccq_jax.ops._common import HIGHEST, L2_NORM_EPS
 from ccq_jax.ops.chunk import _doc_masks, _masked_exp, _mm
 from ccq_jax.ops.scan import _diagonal_scan, _fold_initial
 from ccq_jax.ops.types import CCQStats
-from pallas_kernels import ccq_read, delta_rule, delta_wy
+from pallas_kernels import ccq_read, delta_rule, delta_wy, mosaic_delta_states
 from pallas_kernels import linear_attention as la
 from pallas_kernels._tiles import SUB
 
 f32 = jnp.float32
+# The gated delta rule's state passes in Mosaic GPU where they qualify (False: the Triton twins, for A/B timing).
+# Read while tracing: set it before the op's first call (jax caches traces).
+MOSAIC_STATE_PASSES = True
 
 
 def _interpret():
     """Kernels compile (Triton) on a GPU and are interpreted everywhere else."""
     return jax.default_backend() != "gpu"
+
+
+def _mosaic_state_pass(k, values, chunk, store, interpret):
+    """Whether the gated delta rule's state pass over (k, values) runs the Mosaic GPU kernel."""
+    return MOSAIC_STATE_PASSES and not interpret and mosaic_delta_states.supports(k, values, chunk, store)
 
 
 class _Layout(NamedTuple):
@@ -439,8 +450,12 @@ def _delta_forward(q, k, v, g, beta, h0, lay, scale, chunk):
     inverse = delta_wy.wy_inverse(k, G, beta, lay.dd, chunk=chunk, interpret=interpret)
     w, u = delta_wy.wy_apply(inverse, k, v, G, beta, lay.reads, chunk=chunk, interpret=interpret)
     factors = _head_factors(G, lay, chunk)
-    states, v_new, final = delta_rule.delta_states(w, u, k, factors.write, factors.decay, h0, chunk=chunk,
-                                                   store=k.dtype, interpret=interpret)
+    if _mosaic_state_pass(k, u, chunk, k.dtype, interpret):
+        states, v_new, final = mosaic_delta_states.state_pass(w, u, k, factors.write, factors.decay, h0,
+                                                              chunk=chunk, store=k.dtype)
+    else:
+        states, v_new, final = delta_rule.delta_states(w, u, k, factors.write, factors.decay, h0, chunk=chunk,
+                                                       store=k.dtype, interpret=interpret)
     scores = la.intra_scores(q, k, G, lay.dd, chunk=chunk, gate="head", interpret=interpret)
     o = la.chunk_out(q, G, lay.reads, states, scores, v_new, chunk=chunk, gate="head",
                      transpose_scores=False, s_inter=scale, s_intra=scale, out_dtype=v.dtype, interpret=interpret)
@@ -470,8 +485,12 @@ def _dr_bwd(scale, chunk, res, cts):
     G, cumsum_vjp = jax.vjp(lambda g: _chunk_cumsum(g, chunk), g)
     w, _ = delta_wy.wy_apply(inverse, k, None, G, beta, lay.reads, chunk=chunk, interpret=interpret)
     factors = _head_factors(G, lay, chunk)
-    states, _ = la.chunk_states(k, v_new, None, factors.write, factors.decay, h0, chunk=chunk, gate=None,
-                                store=k.dtype, interpret=interpret)
+    if _mosaic_state_pass(k, v_new, chunk, k.dtype, interpret):
+        states, _, _ = mosaic_delta_states.state_pass(None, v_new, k, factors.write, factors.decay, h0,
+                                                      chunk=chunk, store=k.dtype)
+    else:
+        states, _ = la.chunk_states(k, v_new, None, factors.write, factors.decay, h0, chunk=chunk, gate=None,
+                                    store=k.dtype, interpret=interpret)
     dv_local = la.chunk_out(k, None, None, None, scores, do, chunk=chunk, gate=None,
                             transpose_scores=True, s_inter=0.0, s_intra=scale, out_dtype=q.dtype, interpret=interpret)
     dstates, dv_new, dh0 = delta_rule.delta_dstates(q, k, w, do, dv_local, *factors, dfinal, chunk=chunk,

@@ -1,4 +1,5 @@
-"""impl="pallas" compiled for the GPU (Triton), at full size, against the float64 recurrence run on the same GPU.
+"""impl="pallas" compiled for the GPU (Triton, and Mosaic GPU for two state passes), at full size, against the float64
+recurrence run on the same GPU.
 
 Run on the GPU machine: `python3 -m pytest -m gpu tests/pallas`. Head dims are the
 benchmark's (K = 256, V = 512); T = 1000 is not a multiple of the chunk (64); each row packs
@@ -9,11 +10,13 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from tests.pallas.conftest import check_op, inputs
+from pallas_kernels import delta_rule, linear_attention, mosaic_delta_states
+from tests.ops.conftest import rel_rms
+from tests.pallas.conftest import OUT_TOL, check_op, inputs
 
 pytestmark = [
     pytest.mark.gpu,
-    pytest.mark.skipif(jax.default_backend() != "gpu", reason="needs a GPU (Pallas compiles through Triton)"),
+    pytest.mark.skipif(jax.default_backend() != "gpu", reason="needs a GPU (Triton and Mosaic GPU compile there)"),
 ]
 
 
@@ -34,3 +37,28 @@ def test_against_recurrence(x, name, dtype):
 ])
 def test_ccq_options(x, name, centered, normalize_keys):
     check_op(name, x, 64, jnp.bfloat16, centered=centered, normalize_keys=normalize_keys)
+
+
+@pytest.mark.parametrize("corrected", [True, False], ids=["delta_states", "chunk_states"])
+def test_mosaic_state_passes_match_their_triton_twins(corrected):
+    """The Mosaic GPU state passes the op runs on a GPU against the Triton kernels they replace, on the benchmark's
+    heads (K = 256, V = 512), an initial state and chunks whose decay is zero (a document starting)."""
+    keys = jax.random.split(jax.random.key(5), 6)
+    b, t, h, dk, dv, c = 2, 1024, 6, 256, 512, 64
+    normal = lambda key, shape, s=1.0: (s * jax.random.normal(key, shape)).astype(jnp.bfloat16)
+    w, u, k = normal(keys[0], (b, t, h, dk), 0.06), normal(keys[1], (b, t, h, dv)), normal(keys[2], (b, t, h, dk), 0.06)
+    write = jax.random.uniform(keys[3], (b, t, h), minval=0.3, maxval=1.0)
+    decay = jax.random.uniform(keys[4], (b, t // c, h), minval=0.3, maxval=1.0).at[:, ::5].set(0.0)
+    h0 = jax.random.normal(keys[5], (b, h, dk, dv))
+    got = mosaic_delta_states.state_pass(w if corrected else None, u, k, write, decay, h0, chunk=c,
+                                         store=jnp.bfloat16)
+    if corrected:
+        want = delta_rule.delta_states(w, u, k, write, decay, h0, chunk=c, store=jnp.bfloat16, interpret=False)
+    else:
+        states, final = linear_attention.chunk_states(k, u, None, write, decay, h0, chunk=c, gate=None,
+                                                      store=jnp.bfloat16, interpret=False)
+        want = (states, None, final)
+    for name, g, r in zip(("states", "v_new", "final state"), got, want):
+        assert (g is None) == (r is None), name
+        if r is not None:
+            assert rel_rms(g.astype(jnp.float32), r.astype(jnp.float32)) < OUT_TOL, name

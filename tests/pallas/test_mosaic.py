@@ -1,0 +1,67 @@
+"""The Mosaic GPU state passes (`pallas_kernels.mosaic_delta_states`) without a GPU: both forms lower to a Mosaic
+GPU kernel for the "cuda" platform (Mosaic GPU lowers in Python, so layouts, transforms, shared-memory tiles and
+the warp-specialized pipeline are checked here), calls that do not qualify are refused by name, and the op keeps
+the Triton twins in interpret mode. Their numbers are checked on the GPU (test_gpu.py), where they run."""
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+import ccq_jax.ops.pallas as backend
+from benchmarks.kernel_resources import lowered_kernels
+from pallas_kernels import mosaic_delta_states as mosaic
+
+B, T, H, K, V, C = 1, 128, 6, 256, 512, 64  # the benchmark's head shapes, two chunks
+
+
+def _arguments(dtype=jnp.bfloat16, dk=K, dv=V):
+    s = jax.ShapeDtypeStruct
+    return (s((B, T, H, dk), dtype), s((B, T, H, dv), dtype), s((B, T, H, dk), dtype), s((B, T, H), jnp.float32),
+            s((B, T // C, H), jnp.float32), s((B, H, dk, dv), jnp.float32))
+
+
+@pytest.mark.parametrize("corrected", [True, False], ids=["delta_states", "chunk_states"])
+def test_lowers_to_a_mosaic_gpu_kernel(corrected):
+    def run(w, u, k, write, decay, h0):
+        return mosaic.state_pass(w if corrected else None, u, k, write, decay, h0, chunk=C, store=jnp.bfloat16)
+
+    lowered = jax.jit(run).trace(*_arguments()).lower(lowering_platforms=("cuda",))
+    text = lowered.as_text()
+    assert text.count("stablehlo.custom_call @mosaic_gpu") == 1
+    states, v_new, final = lowered.out_info
+    assert states.shape == (B, T // C, H, K, V) and states.dtype == jnp.bfloat16
+    assert (v_new.shape, v_new.dtype) == ((B, T, H, V), jnp.bfloat16) if corrected else v_new is None
+    assert final.shape == (B, H, K, V) and final.dtype == jnp.float32
+
+
+@pytest.mark.parametrize("dtype,dk,dv,chunk,store", [
+    (jnp.float32, K, V, C, jnp.float32), (jnp.bfloat16, 64, V, C, jnp.bfloat16),
+    (jnp.bfloat16, K, 64, C, jnp.bfloat16), (jnp.bfloat16, K, V, 32, jnp.bfloat16),
+    (jnp.bfloat16, K, V, C, jnp.float32)])
+def test_refuses_what_it_does_not_take(dtype, dk, dv, chunk, store):
+    w, u, k, write, decay, h0 = (jnp.zeros(a.shape, a.dtype) for a in _arguments(dtype, dk, dv))
+    assert not mosaic.supports(k, u, chunk, store)
+    with pytest.raises(ValueError, match=f"K={dk}, V={dv}, chunk={chunk}"):
+        mosaic.state_pass(w, u, k, write, decay, h0, chunk=chunk, store=store)
+
+
+def test_switched_off_the_op_lowers_the_triton_twins(monkeypatch):
+    """Cross-lowered for a GPU (tests/pallas/test_lowering.py counts both backends' kernels with it switched on)."""
+    monkeypatch.setattr(backend, "MOSAIC_STATE_PASSES", False)
+    jax.clear_caches()  # the switch is read while tracing: traces made with it on (or off) are cached
+    try:
+        triton, mosaic_kernels = lowered_kernels("gated_delta_rule", "bfloat16")
+    finally:
+        jax.clear_caches()
+    assert mosaic_kernels == 0
+    assert [name for name, *_ in triton].count("delta_states") == 1  # the forward's; the backward's is chunk_states
+    assert len(triton) == 12
+
+
+def test_the_op_takes_it_only_on_a_gpu_and_when_switched_on(monkeypatch):
+    k, u = jnp.zeros((B, T, H, K), jnp.bfloat16), jnp.zeros((B, T, H, V), jnp.bfloat16)
+    assert mosaic.supports(k, u, C, jnp.bfloat16)
+    assert backend._mosaic_state_pass(k, u, C, jnp.bfloat16, interpret=False)
+    assert not backend._mosaic_state_pass(k, u, C, jnp.bfloat16, interpret=True)
+    monkeypatch.setattr(backend, "MOSAIC_STATE_PASSES", False)
+    assert not backend._mosaic_state_pass(k, u, C, jnp.bfloat16, interpret=False)
