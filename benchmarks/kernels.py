@@ -207,8 +207,10 @@ def _kernel_times(family, B, T, timed):
             timed("chunk_states (the backward's, Mosaic GPU)", jit(lambda v, k, f: mosaic(None, v, k, f)),
                   v, k, factors)
         timed("delta_dstates", jit(lambda q, k, do, f: delta_rule.delta_dstates(
-            q, k, k, do, do.astype(jnp.float32), *f, h0, scale=1.0, store=jnp.bfloat16, **kw)),
-            q, k, do, factors)
+            q, k, k, do, do, *f, h0, scale=1.0, store=jnp.bfloat16, **kw)), q, k, do, factors)
+        if not kw["interpret"]:
+            timed("delta_dstates (Mosaic GPU)", jit(lambda q, k, do, f: mosaic_delta_states.state_gradient_pass(
+                q, k, k, do, do, *f, h0, chunk=C, scale=1.0, store=jnp.bfloat16)), q, k, do, factors)
         inverse = jit(lambda k, G, beta: delta_wy.wy_inverse(k, G, beta, lay.dd, **kw))
         timed("wy_inverse", inverse, k, G, beta)
         chunks_T = inverse(k, G, beta)

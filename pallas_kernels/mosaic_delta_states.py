@@ -1,7 +1,8 @@
-"""The gated delta rule's forward state pass (`delta_rule.delta_states`) and the backward's plain state pass from
-v_new (`linear_attention.chunk_states` with per-head factors) in Mosaic GPU, Pallas's warpgroup/TMA backend for
-Hopper. On the H200 (B = 4, T = 4096, H = 6, K = 256, V = 512, bf16) they take 0.237 and 0.188 ms against
-0.407 and 0.241 for their Triton-lowered twins, with the same results (docs/benchmarks.md, "Backend").
+"""The gated delta rule's three state passes in Mosaic GPU, Pallas's warpgroup/TMA backend for Hopper: the
+forward's (`delta_rule.delta_states`), the backward's recompute of the states from v_new (`linear_attention.
+chunk_states` with per-head factors; both `state_pass`) and the state gradient's (`delta_rule.delta_dstates`:
+`state_gradient_pass`). On the H200 (B = 4, T = 4096, H = 6, K = 256, V = 512, bf16) they take 0.237, 0.188
+and 0.648 ms against 0.407, 0.241 and 0.814 for their Triton-lowered twins (docs/benchmarks.md, "Backend").
 
 One block holds two compute warpgroups and one memory warpgroup. The memory warpgroup streams each chunk's k (and
 w) tile `[C, K]` (TMA, two chunks in flight) and its `write` factors into shared memory; both compute warpgroups
@@ -15,12 +16,14 @@ from shared memory, v_new write where the state was). Without w the values go in
 recompute from the v_new the forward kept). The delta rule's form asks for 229,888 bytes of shared memory (w and
 k: 128 KB in two slots; per warpgroup the state's 32 KB and the values' 16 KB) of the H200's 232,448.
 
-Half-precision inputs only (the tensor cores' operands), K a multiple of 128, V of 128, 64-token chunks:
-`supports` says whether a call qualifies; the callers run the Triton kernels otherwise and in interpret mode
-(Mosaic GPU's interpreter does not run wgmma inside the warp-specialized pipeline in jax 0.11.2: "Cannot lower
-jaxpr with effects" on its WGMMA pipeline effect), so CI checks that these lower (tests/pallas/test_mosaic.py)
-and the GPU tests check their numbers.
+The state gradient's pass is laid out the same way with a hand-written memory warpgroup instead of the
+pipeline (its docstring says why). Half-precision inputs only (the tensor cores' operands), K a multiple of
+128, V of 128, 64-token chunks: `supports` says whether a call qualifies; the callers run the Triton kernels
+otherwise and in interpret mode (Mosaic GPU's interpreter stops at these kernels' wgmma in jax 0.11.2,
+"Cannot lower jaxpr with effects" on its WGMMA pipeline effect, both with and without the pipeline), so CI
+checks that these lower (tests/pallas/test_mosaic.py) and the GPU tests check their numbers.
 """
+
 import jax
 import jax.numpy as jnp
 from jax import lax
@@ -40,9 +43,51 @@ def supports(k, values, chunk, store):
             and k.shape[-1] % 128 == 0 and values.shape[-1] % _COLUMNS == 0 and chunk == 64)
 
 
+def _require(ok, what, k, values, chunk, store):
+    """The ValueError for a call `supports` (and the pass) does not take."""
+    if not ok:
+        raise ValueError(f"the Mosaic GPU {what} takes bf16/fp16 inputs of one dtype stored in it, K and V multiples "
+                         f"of 128 and 64-token chunks; got {k.dtype} stored in {store}, K={k.shape[-1]}, "
+                         f"V={values.shape[-1]}, chunk={chunk}")
+
+
 def _swizzled(dtype):
     """Shared-memory transforms for [rows, 128 bytes] tiles: 8-row tiles, 128-byte swizzle (wgmma's)."""
     return plgpu.TilingTransform((8, 128 // jnp.dtype(dtype).itemsize)), plgpu.SwizzleTransform(128)
+
+
+def _halves(dk):
+    """The two row ranges of a `[K, 64]` state slab that a compute warpgroup holds as separate fp32 arrays."""
+    return pl.ds(0, dk // 2), pl.ds(dk // 2, dk // 2)
+
+
+def _load_slab(src, stage, ready):
+    """An fp32 `[K, 64]` slab of memory (`src`) into registers, a half at a time through the staging buffer."""
+    slab = []
+    for rows in _halves(src.shape[0]):
+        plgpu.copy_gmem_to_smem(src.at[rows], stage, ready)
+        plgpu.barrier_wait(ready)
+        slab.append(stage[...])
+    return tuple(slab)
+
+
+def _save_slab(slab, stage, dst):
+    """The fp32 slab's halves to memory (`dst`) through the staging buffer; returns once they have left."""
+    plgpu.wait_smem_to_gmem(0, wait_read_only=True)
+    for rows, part in zip(_halves(dst.shape[0]), slab):
+        stage[...] = part
+        plgpu.commit_smem()
+        plgpu.copy_smem_to_gmem(stage, dst.at[rows])
+        plgpu.wait_smem_to_gmem(0, wait_read_only=True)
+    plgpu.wait_smem_to_gmem(0)
+
+
+def _send_slab(slab, s_ref, dst):
+    """The slab in s_ref's dtype into s_ref (the products' operand) and on to memory (`dst`, a TMA store)."""
+    for rows, part in zip(_halves(s_ref.shape[0]), slab):
+        s_ref[rows, :] = part.astype(s_ref.dtype)
+    plgpu.commit_smem()
+    plgpu.copy_smem_to_gmem(s_ref, dst)
 
 
 def state_pass(w, values, k, write, decay, h0, *, chunk, store):
@@ -50,18 +95,15 @@ def state_pass(w, values, k, write, decay, h0, *, chunk, store):
     values being u) or v = values (w None). write `[B, Tp, H]`, decay `[B, N, H]`, h0 `[B, H, K, V]` fp32.
     Returns (the state entering each chunk `[B, N, H, K, V]` in `store`, v_new in the values' dtype when w is
     given, the final state fp32)."""
-    if not supports(k, values, chunk, store):
-        raise ValueError(f"the Mosaic GPU state pass takes bf16/fp16 inputs stored in their dtype, K and V multiples "
-                         f"of 128 and 64-token chunks; got {k.dtype} stored in {store}, K={k.shape[-1]}, "
-                         f"V={values.shape[-1]}, chunk={chunk}")
+    _require(supports(k, values, chunk, store) and (w is None or w.dtype == k.dtype), "state pass", k, values, chunk,
+             store)
     b_, tp, heads, dk = k.shape
     dv = values.shape[-1]
     dtype = k.dtype
     correct = w is not None
     n_chunks = tp // chunk
     rows_of = lambda n: pl.ds(n * chunk, chunk)
-    half = dk // 2
-    halves = (pl.ds(0, half), pl.ds(half, half))
+    halves = _halves(dk)
     tiles = _swizzled(dtype)
 
     def kernel(*refs):
@@ -91,10 +133,7 @@ def state_pass(w, values, k, write, decay, h0, *, chunk, store):
             def _():
                 fetch_values(n + 1)
 
-            for rows, S_half in zip(halves, S):
-                s_ref[rows, :] = S_half.astype(dtype)
-            plgpu.commit_smem()
-            plgpu.copy_smem_to_gmem(s_ref, hs_g.at[b, n, h, :, cols])
+            _send_slab(S, s_ref, hs_g.at[b, n, h, :, cols])
             if correct:
                 def correction(acc):
                     plgpu.wgmma(acc, w_ref[0], s_ref)
@@ -124,19 +163,8 @@ def state_pass(w, values, k, write, decay, h0, *, chunk, store):
 
         def compute(pipeline):
             fetch_values(0)
-            S = []
-            for rows in halves:
-                plgpu.copy_gmem_to_smem(h0_g.at[b, h, rows, cols], stage, h_ready.at[wg])
-                plgpu.barrier_wait(h_ready.at[wg])
-                S.append(stage[...])
-            S = pipeline(tuple(S))
-            plgpu.wait_smem_to_gmem(0, wait_read_only=True)
-            for rows, S_half in zip(halves, S):
-                stage[...] = S_half
-                plgpu.commit_smem()
-                plgpu.copy_smem_to_gmem(stage, ht_g.at[b, h, rows, cols])
-                plgpu.wait_smem_to_gmem(0, wait_read_only=True)
-            plgpu.wait_smem_to_gmem(0)
+            _save_slab(pipeline(_load_slab(h0_g.at[b, h, :, cols], stage, h_ready.at[wg])), stage,
+                       ht_g.at[b, h, :, cols])
 
         tile_spec = plgpu.BlockSpec((chunk, dk), lambda n: (n, 0), transforms=tiles)
         pipeline = plgpu.emit_pipeline_warp_specialized(
@@ -149,7 +177,7 @@ def state_pass(w, values, k, write, decay, h0, *, chunk, store):
             *([jax.ShapeDtypeStruct(values.shape, dtype)] if correct else []),
             jax.ShapeDtypeStruct((b_, heads, dk, dv), f32))
     slab = lambda dt, *rows: plgpu.SMEM((_WARPGROUPS, *rows, _SLAB), dt, transforms=_swizzled(dt))
-    scratch = (plgpu.RefUnion(slab(dtype, dk), slab(f32, half)), slab(dtype, 2, chunk),
+    scratch = (plgpu.RefUnion(slab(dtype, dk), slab(f32, dk // 2)), slab(dtype, 2, chunk),
                plgpu.Barrier(num_barriers=2 * _WARPGROUPS), plgpu.Barrier(num_barriers=_WARPGROUPS))
     run = plgpu.kernel(kernel, out_type=outs, scratch_types=scratch, grid=(dv // _COLUMNS, b_ * heads),
                        grid_names=("v", "bh"), num_threads=_WARPGROUPS + 1, thread_name="wg",
@@ -158,3 +186,134 @@ def state_pass(w, values, k, write, decay, h0, *, chunk, store):
     results = run(*([w] if correct else []), values, k, jnp.transpose(write, (0, 2, 1)),
                   jnp.transpose(decay, (0, 2, 1)), h0)
     return results if correct else (results[0], None, results[1])
+
+
+def state_gradient_pass(q, k, w, do, dv_local, read, write, decay, dfinal, *, chunk, scale, store):
+    """`delta_rule.delta_dstates` in Mosaic GPU (same arguments and results; dv_local in the inputs' dtype).
+
+    Per chunk from the last: dv_new = dv_local + (k dS) write; dS <- decay dS + scale (q read)^T do - w^T dv_new.
+    Each chunk needs three `[C, K]` tiles (k, q, w), more than two slots of each fit beside the state slabs, so
+    the memory warpgroup streams them by hand through a ring of three slots, in the order the compute
+    warpgroups use them (k, then q, then w), each slot refilled once both have arrived on its barrier; each
+    compute warpgroup fetches its do and dv_local tiles and the factors itself, a chunk ahead (one slot each,
+    refilled as soon as read). The subtraction of w^T dv_new runs on the negated sum (wgmma only adds), so that
+    dv_new's one buffer is both the TMA store's source and the product's operand."""
+    _require(supports(k, do, chunk, store) and q.dtype == w.dtype == dv_local.dtype == k.dtype,
+             "state gradient pass", k, do, chunk, store)
+    b_, tp, heads, dk = k.shape
+    dv = do.shape[-1]
+    dtype = k.dtype
+    n_chunks = tp // chunk
+    rows_of = lambda n: pl.ds(n * chunk, chunk)
+    halves = _halves(dk)
+    tiles = _swizzled(dtype)
+    K_TILE, Q_TILE, W_TILE = range(3)  # ring slots, in the order a chunk uses them
+
+    def kernel(q_g, k_g, w_g, do_g, dvl_g, r_g, f_g, d_g, df_g, dh_g, dvn_g, dh0_g, ring, produced, consumed,
+               state_smem, do_smem, dvl_smem, dvn_smem, r_smem, f_smem, do_ready, dvl_ready, h_ready):
+        wg = lax.axis_index("wg")
+        bh = lax.axis_index("bh")
+        b, h = lax.div(bh, heads), lax.rem(bh, heads)
+        chunk_of = lambda i: n_chunks - 1 - i  # the i-th chunk visited
+
+        @pl.when(wg == _WARPGROUPS)
+        def _memory():
+            plgpu.set_max_registers(40, action="decrease")
+
+            @pl.loop(0, n_chunks)
+            def _(i):
+                rows = rows_of(chunk_of(i))
+                for slot, src in ((K_TILE, k_g), (Q_TILE, q_g), (W_TILE, w_g)):
+                    @pl.when(i > 0)
+                    def _():
+                        plgpu.barrier_wait(consumed.at[slot])
+
+                    plgpu.copy_gmem_to_smem(src.at[b, rows, h, :], ring.at[slot], produced.at[slot])
+
+        @pl.when(wg < _WARPGROUPS)
+        def _compute():
+            plgpu.set_max_registers(232, action="increase")
+            cols = pl.ds(lax.axis_index("v") * _COLUMNS + wg * _SLAB, _SLAB)
+            s_smem, stage_smem = state_smem
+            s_ref, stage = s_smem.at[wg], stage_smem.at[wg]
+            do_ref, dvl_ref, dvn_ref = do_smem.at[wg], dvl_smem.at[wg], dvn_smem.at[wg]
+            r_ref, f_ref = r_smem.at[wg], f_smem.at[wg]
+
+            def fetch_dvl(i):  # dv_local and the write factors of the i-th chunk visited
+                rows = rows_of(chunk_of(i))
+                plgpu.copy_gmem_to_smem(dvl_g.at[b, rows, h, cols], dvl_ref, dvl_ready.at[wg])
+                plgpu.copy_gmem_to_smem(f_g.at[b, h, rows], f_ref, dvl_ready.at[wg])
+
+            def fetch_do(i):  # do and the read factors
+                rows = rows_of(chunk_of(i))
+                plgpu.copy_gmem_to_smem(do_g.at[b, rows, h, cols], do_ref, do_ready.at[wg])
+                plgpu.copy_gmem_to_smem(r_g.at[b, h, rows], r_ref, do_ready.at[wg])
+
+            def step(i, dS):
+                n = chunk_of(i)
+                decay = d_g[b, h, n]  # a load from memory: issued first
+                plgpu.wait_smem_to_gmem(0, wait_read_only=True)  # the last chunk's dS and dv_new have left
+                _send_slab(dS, s_ref, dh_g.at[b, n, h, :, cols])
+
+                def k_dS(acc):
+                    plgpu.wgmma(acc, ring.at[K_TILE], s_ref)
+                    return acc[...]
+
+                plgpu.barrier_wait(produced.at[K_TILE])
+                kds = pl.run_scoped(k_dS, plgpu.ACC((chunk, _SLAB), f32))
+                plgpu.barrier_arrive(consumed.at[K_TILE])
+                plgpu.barrier_wait(dvl_ready.at[wg])
+                f = plgpu.load(f_ref, layout=plgpu.Layout.WGMMA.reduce(1))
+                dv_new = dvl_ref[...].astype(f32) + kds * lax.broadcast_in_dim(f, kds.shape, [0])
+                dvn_ref[...] = dv_new.astype(dtype)  # (the store waits for the warpgroup: dv_local is read)
+
+                @pl.when(i + 1 < n_chunks)
+                def _():
+                    fetch_dvl(i + 1)
+
+                plgpu.barrier_wait(do_ready.at[wg])
+                r = plgpu.load(r_ref, layout=plgpu.Layout.WGMMA.reduce(1))
+                do_ref[...] = (do_ref[...].astype(f32) * lax.broadcast_in_dim(r * scale, kds.shape, [0])
+                               ).astype(dtype)
+                plgpu.commit_smem()
+                plgpu.copy_smem_to_gmem(dvn_ref, dvn_g.at[b, rows_of(n), h, cols])
+
+                def products(slot, operand):
+                    def run(accs):
+                        for rows, acc in zip(halves, accs):
+                            plgpu.wgmma(acc, ring.at[slot].at[:, rows].T, operand)
+                    return run
+
+                plgpu.barrier_wait(produced.at[Q_TILE])
+                dS = pl.run_state(products(Q_TILE, do_ref))(tuple(plgpu.ACC.init(x * decay) for x in dS))
+                plgpu.barrier_arrive(consumed.at[Q_TILE])
+
+                @pl.when(i + 1 < n_chunks)
+                def _():
+                    fetch_do(i + 1)
+
+                plgpu.barrier_wait(produced.at[W_TILE])
+                dS = pl.run_state(products(W_TILE, dvn_ref))(tuple(plgpu.ACC.init(-x) for x in dS))
+                plgpu.barrier_arrive(consumed.at[W_TILE])
+                return tuple(-x for x in dS)
+
+            fetch_dvl(0)
+            fetch_do(0)
+            dS = lax.fori_loop(0, n_chunks, step, _load_slab(df_g.at[b, h, :, cols], stage, h_ready.at[wg]))
+            _save_slab(dS, stage, dh0_g.at[b, h, :, cols])
+
+    outs = (jax.ShapeDtypeStruct((b_, n_chunks, heads, dk, dv), store), jax.ShapeDtypeStruct(do.shape, store),
+            jax.ShapeDtypeStruct((b_, heads, dk, dv), f32))
+    slab = lambda dt, *rows: plgpu.SMEM((_WARPGROUPS, *rows, _SLAB), dt, transforms=_swizzled(dt))
+    vector = plgpu.SMEM((_WARPGROUPS, chunk), f32)
+    scratch = (plgpu.SMEM((3, chunk, dk), dtype, transforms=tiles), plgpu.Barrier(num_barriers=3),
+               plgpu.Barrier(num_arrivals=_WARPGROUPS, num_barriers=3),
+               plgpu.RefUnion(slab(dtype, dk), slab(f32, dk // 2)), slab(dtype, chunk), slab(dtype, chunk),
+               slab(dtype, chunk), vector, vector,
+               plgpu.Barrier(num_arrivals=2, num_barriers=_WARPGROUPS),
+               plgpu.Barrier(num_arrivals=2, num_barriers=_WARPGROUPS), plgpu.Barrier(num_barriers=_WARPGROUPS))
+    run = plgpu.kernel(kernel, out_type=outs, scratch_types=scratch, grid=(dv // _COLUMNS, b_ * heads),
+                       grid_names=("v", "bh"), num_threads=_WARPGROUPS + 1, thread_name="wg",
+                       kernel_name="delta_dstates_mosaic")
+    bht = lambda x: jnp.transpose(x, (0, 2, 1))  # each chunk's factors contiguous for TMA
+    return run(q, k, w, do, dv_local, bht(read), bht(write), bht(decay), dfinal)

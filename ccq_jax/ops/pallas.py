@@ -12,9 +12,9 @@ chunks, as fla does:
   GLA and the CCQ covariance: all in Pallas (`pallas_kernels.linear_attention`).
   Gated delta rule: the two sequential passes, the output and the per-chunk gradients of q, k
     and the gates in Pallas (`pallas_kernels.delta_rule`, the last one's XLA twin `_delta_rest`); on a GPU
-    its forward state pass and the backward's recompute of the states in Mosaic GPU where they qualify
-    (`pallas_kernels.mosaic_delta_states`; the Triton twins otherwise, in interpret mode, and with
-    `MOSAIC_STATE_PASSES` False);
+    its three state passes (the forward's, the backward's recompute of the states and the state gradient's)
+    in Mosaic GPU where they qualify (`pallas_kernels.mosaic_delta_states`; the Triton twins otherwise, in
+    interpret mode, and with `MOSAIC_STATE_PASSES` False);
     the per-chunk WY/UT algebra (T, then w and u; its gradient) in Pallas (`pallas_kernels.delta_wy`,
     its XLA twin `_delta_wy`).
   The CCQ read: the chunks' key totals' scan across chunks in XLA (transposed for the backward);
@@ -52,7 +52,8 @@ def _interpret():
 
 
 def _mosaic_state_pass(k, values, chunk, store, interpret):
-    """Whether the gated delta rule's state pass over (k, values) runs the Mosaic GPU kernel."""
+    """Whether the gated delta rule's state pass over (k, values `[B, Tp, H, V]`: u, v_new or do) runs in Mosaic
+    GPU."""
     return MOSAIC_STATE_PASSES and not interpret and mosaic_delta_states.supports(k, values, chunk, store)
 
 
@@ -493,8 +494,12 @@ def _dr_bwd(scale, chunk, res, cts):
                                     store=k.dtype, interpret=interpret)
     dv_local = la.chunk_out(k, None, None, None, scores, do, chunk=chunk, gate=None,
                             transpose_scores=True, s_inter=0.0, s_intra=scale, out_dtype=q.dtype, interpret=interpret)
-    dstates, dv_new, dh0 = delta_rule.delta_dstates(q, k, w, do, dv_local, *factors, dfinal, chunk=chunk,
-                                                    scale=scale, store=q.dtype, interpret=interpret)
+    if _mosaic_state_pass(k, do, chunk, q.dtype, interpret) and w.dtype == dv_local.dtype == k.dtype:
+        dstates, dv_new, dh0 = mosaic_delta_states.state_gradient_pass(q, k, w, do, dv_local, *factors, dfinal,
+                                                                       chunk=chunk, scale=scale, store=q.dtype)
+    else:
+        dstates, dv_new, dh0 = delta_rule.delta_dstates(q, k, w, do, dv_local, *factors, dfinal, chunk=chunk,
+                                                        scale=scale, store=q.dtype, interpret=interpret)
     dscores = la.chunk_dscores(do, v_new, lay.dd, chunk=chunk, scale=scale, interpret=interpret)
     dq, dk, dw, dG = delta_rule.delta_dqkwg(q, k, v_new, do, dv_new, G, dscores, lay.reads, lay.writes, lay.keep,
                                             states, dstates, chunk=chunk, scale=scale, interpret=interpret)

@@ -62,3 +62,20 @@ def test_mosaic_state_passes_match_their_triton_twins(corrected):
         assert (g is None) == (r is None), name
         if r is not None:
             assert rel_rms(g.astype(jnp.float32), r.astype(jnp.float32)) < OUT_TOL, name
+
+
+def test_mosaic_state_gradient_pass_matches_its_triton_twin():
+    """`delta_dstates` in Mosaic GPU (which the op runs on a GPU) against the Triton kernel, as above."""
+    keys = jax.random.split(jax.random.key(6), 9)
+    b, t, h, dk, dv, c = 2, 1024, 6, 256, 512, 64
+    normal = lambda key, shape, s=1.0: (s * jax.random.normal(key, shape)).astype(jnp.bfloat16)
+    q, k, w = (normal(key, (b, t, h, dk), 0.06) for key in keys[:3])
+    do, dv_local = normal(keys[3], (b, t, h, dv)), normal(keys[4], (b, t, h, dv))
+    read, write = (jax.random.uniform(key, (b, t, h), minval=0.3, maxval=1.0) for key in keys[5:7])
+    decay = jax.random.uniform(keys[7], (b, t // c, h), minval=0.3, maxval=1.0).at[:, ::5].set(0.0)
+    dfinal = jax.random.normal(keys[8], (b, h, dk, dv))
+    args, kw = (q, k, w, do, dv_local, read, write, decay, dfinal), dict(chunk=c, scale=dk ** -0.5, store=jnp.bfloat16)
+    got = mosaic_delta_states.state_gradient_pass(*args, **kw)
+    want = delta_rule.delta_dstates(*args, interpret=False, **kw)
+    for name, g, r in zip(("state gradients", "dv_new", "initial state's gradient"), got, want):
+        assert rel_rms(g.astype(jnp.float32), r.astype(jnp.float32)) < OUT_TOL, name

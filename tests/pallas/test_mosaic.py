@@ -1,7 +1,8 @@
-"""The Mosaic GPU state passes (`pallas_kernels.mosaic_delta_states`) without a GPU: both forms lower to a Mosaic
-GPU kernel for the "cuda" platform (Mosaic GPU lowers in Python, so layouts, transforms, shared-memory tiles and
-the warp-specialized pipeline are checked here), calls that do not qualify are refused by name, and the op keeps
-the Triton twins in interpret mode. Their numbers are checked on the GPU (test_gpu.py), where they run."""
+"""The Mosaic GPU state passes (`pallas_kernels.mosaic_delta_states`) without a GPU: the three lower to a Mosaic
+GPU kernel each for the "cuda" platform (Mosaic GPU lowers in Python, so layouts, transforms, shared-memory
+tiles, the warp-specialized pipeline and the hand-written one are checked here), calls that do not qualify are
+refused by name, and the op keeps the Triton twins in interpret mode. Their numbers are checked on the GPU
+(test_gpu.py), where they run."""
 
 import jax
 import jax.numpy as jnp
@@ -34,6 +35,23 @@ def test_lowers_to_a_mosaic_gpu_kernel(corrected):
     assert final.shape == (B, H, K, V) and final.dtype == jnp.float32
 
 
+def _gradient_arguments(dtype=jnp.bfloat16, dk=K, dv=V):
+    s, f32 = jax.ShapeDtypeStruct, jnp.float32
+    return (s((B, T, H, dk), dtype), s((B, T, H, dk), dtype), s((B, T, H, dk), dtype), s((B, T, H, dv), dtype),
+            s((B, T, H, dv), dtype), s((B, T, H), f32), s((B, T, H), f32), s((B, T // C, H), f32),
+            s((B, H, dk, dv), f32))
+
+
+def test_the_gradient_pass_lowers_to_a_mosaic_gpu_kernel():
+    run = lambda *args: mosaic.state_gradient_pass(*args, chunk=C, scale=K ** -0.5, store=jnp.bfloat16)
+    lowered = jax.jit(run).trace(*_gradient_arguments()).lower(lowering_platforms=("cuda",))
+    assert lowered.as_text().count("stablehlo.custom_call @mosaic_gpu") == 1
+    dstates, dv_new, dh0 = lowered.out_info
+    assert (dstates.shape, dstates.dtype) == ((B, T // C, H, K, V), jnp.bfloat16)
+    assert (dv_new.shape, dv_new.dtype) == ((B, T, H, V), jnp.bfloat16)
+    assert (dh0.shape, dh0.dtype) == ((B, H, K, V), jnp.float32)
+
+
 @pytest.mark.parametrize("dtype,dk,dv,chunk,store", [
     (jnp.float32, K, V, C, jnp.float32), (jnp.bfloat16, 64, V, C, jnp.bfloat16),
     (jnp.bfloat16, K, 64, C, jnp.bfloat16), (jnp.bfloat16, K, V, 32, jnp.bfloat16),
@@ -43,6 +61,9 @@ def test_refuses_what_it_does_not_take(dtype, dk, dv, chunk, store):
     assert not mosaic.supports(k, u, chunk, store)
     with pytest.raises(ValueError, match=f"K={dk}, V={dv}, chunk={chunk}"):
         mosaic.state_pass(w, u, k, write, decay, h0, chunk=chunk, store=store)
+    gradient_args = (jnp.zeros(a.shape, a.dtype) for a in _gradient_arguments(dtype, dk, dv))
+    with pytest.raises(ValueError, match=f"K={dk}, V={dv}, chunk={chunk}"):
+        mosaic.state_gradient_pass(*gradient_args, chunk=chunk, scale=1.0, store=store)
 
 
 def test_switched_off_the_op_lowers_the_triton_twins(monkeypatch):
@@ -56,6 +77,13 @@ def test_switched_off_the_op_lowers_the_triton_twins(monkeypatch):
     assert mosaic_kernels == 0
     assert [name for name, *_ in triton].count("delta_states") == 1  # the forward's; the backward's is chunk_states
     assert len(triton) == 12
+
+
+def test_the_gradient_pass_refuses_mixed_dtypes():
+    args = [jnp.zeros(a.shape, a.dtype) for a in _gradient_arguments()]
+    args[4] = args[4].astype(jnp.float32)  # dv_local
+    with pytest.raises(ValueError, match="of one dtype"):
+        mosaic.state_gradient_pass(*args, chunk=C, scale=1.0, store=jnp.bfloat16)
 
 
 def test_the_op_takes_it_only_on_a_gpu_and_when_switched_on(monkeypatch):
