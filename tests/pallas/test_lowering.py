@@ -1,4 +1,5 @@
-"""Every kernel, forward and backward, lowers to Triton IR for an H100/H200 (compute capability 9.0) without a GPU.
+"""Every kernel, forward and backward, lowers for an H100/H200 (compute capability 9.0) without a GPU: to Triton IR,
+and the gated delta rule's three bf16 state passes to Mosaic GPU (tests/pallas/test_mosaic.py checks those).
 
 Interpret mode never exercises the Triton lowering's limits (power-of-two tiles, dot shapes,
 supported primitives); cross-lowering for the "cuda" platform does, at the benchmark's head
@@ -11,9 +12,8 @@ import pytest
 from benchmarks.kernel_resources import lowered_kernels
 
 
-# the gated delta rule's three bf16 state passes lower to Mosaic GPU (pallas_kernels/mosaic_delta_states.py)
 @pytest.mark.parametrize("name,kernels,mosaic", [("gla", 11, 0), ("gated_delta_rule", 9, 3), ("ccq_query", 11, 0),
                                                  ("ccq_gla", 22, 0), ("ccq_gated_delta_rule", 20, 3)])
-def test_lowers_to_triton(name, kernels, mosaic):
+def test_lowers_to_triton_and_mosaic_gpu(name, kernels, mosaic):
     triton, n_mosaic = lowered_kernels(name, "bfloat16")
     assert (len(triton), n_mosaic) == (kernels, mosaic)
