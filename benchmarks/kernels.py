@@ -305,8 +305,9 @@ def breakdown(B, T, reps, configs, families, kernels=None):
 
             with _tilings(width, warps, stages):
                 _kernel_times(family, B, T, timed)
-            for name, ms in t.items():
-                rows.append(dict(family=family, kernel=name, width=width, warps=warps, stages=stages, ms=ms))
+            for name, ms in t.items():  # the Mosaic GPU kernels take no tile overrides
+                tiling = ("-",) * 3 if "Mosaic GPU" in name else (width, warps, stages)
+                rows.append(dict(family=family, kernel=name, **dict(zip(("width", "warps", "stages"), tiling)), ms=ms))
                 print(rows[-1], flush=True)
     print("\n| family | kernel | tile | warps | stages | ms |\n|---|---|---|---|---|---|")
     for r in rows:

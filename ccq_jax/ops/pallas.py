@@ -494,7 +494,7 @@ def _dr_bwd(scale, chunk, res, cts):
                                     store=k.dtype, interpret=interpret)
     dv_local = la.chunk_out(k, None, None, None, scores, do, chunk=chunk, gate=None,
                             transpose_scores=True, s_inter=0.0, s_intra=scale, out_dtype=q.dtype, interpret=interpret)
-    if _mosaic_state_pass(k, do, chunk, q.dtype, interpret) and w.dtype == dv_local.dtype == k.dtype:
+    if _mosaic_state_pass(k, do, chunk, q.dtype, interpret):  # w and dv_local come in k's and q's dtype
         dstates, dv_new, dh0 = mosaic_delta_states.state_gradient_pass(q, k, w, do, dv_local, *factors, dfinal,
                                                                        chunk=chunk, scale=scale, store=q.dtype)
     else:

@@ -1,5 +1,5 @@
-"""impl="pallas" compiled for the GPU (Triton, and Mosaic GPU for two state passes), at full size, against the float64
-recurrence run on the same GPU.
+"""impl="pallas" compiled for the GPU (Triton, and Mosaic GPU for the gated delta rule's three state passes), at full
+size, against the float64 recurrence run on the same GPU.
 
 Run on the GPU machine: `python3 -m pytest -m gpu tests/pallas`. Head dims are the
 benchmark's (K = 256, V = 512); T = 1000 is not a multiple of the chunk (64); each row packs

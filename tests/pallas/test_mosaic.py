@@ -79,6 +79,12 @@ def test_switched_off_the_op_lowers_the_triton_twins(monkeypatch):
     assert len(triton) == 12
 
 
+def test_the_state_pass_refuses_a_w_of_another_dtype():
+    w, u, k, write, decay, h0 = (jnp.zeros(a.shape, a.dtype) for a in _arguments())
+    with pytest.raises(ValueError, match="state pass takes bf16/fp16 inputs of one dtype"):
+        mosaic.state_pass(w.astype(jnp.float32), u, k, write, decay, h0, chunk=C, store=jnp.bfloat16)
+
+
 def test_the_gradient_pass_refuses_mixed_dtypes():
     args = [jnp.zeros(a.shape, a.dtype) for a in _gradient_arguments()]
     args[4] = args[4].astype(jnp.float32)  # dv_local
