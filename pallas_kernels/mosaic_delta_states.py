@@ -1,8 +1,8 @@
 """The gated delta rule's three state passes in Mosaic GPU, Pallas's warpgroup/TMA backend for Hopper: the
 forward's (`delta_rule.delta_states`), the backward's recompute of the states from v_new (`linear_attention.
 chunk_states` with per-head factors; both `state_pass`) and the state gradient's (`delta_rule.delta_dstates`:
-`state_gradient_pass`). On the H200 (B = 4, T = 4096, H = 6, K = 256, V = 512, bf16) they take 0.237, 0.188
-and 0.648 ms against 0.407, 0.241 and 0.814 for their Triton-lowered twins (docs/benchmarks.md, "Backend").
+`state_gradient_pass`). On the H200 (B = 4, T = 4096, H = 6, K = 256, V = 512, bf16) they take 0.23, 0.19
+and 0.30 ms against 0.41, 0.24 and 0.82 for their Triton-lowered twins (docs/benchmarks.md, "Backend").
 
 One block holds two compute warpgroups and one memory warpgroup. The memory warpgroup streams each chunk's k (and
 w) tile `[C, K]` (TMA, two chunks in flight) and its `write` factors into shared memory; both compute warpgroups
@@ -196,8 +196,14 @@ def state_gradient_pass(q, k, w, do, dv_local, read, write, decay, dfinal, *, ch
     the memory warpgroup streams them by hand through a ring of three slots, in the order the compute
     warpgroups use them (k, then q, then w), each slot refilled once both have arrived on its barrier; each
     compute warpgroup fetches its do and dv_local tiles and the factors itself, a chunk ahead (one slot each,
-    refilled as soon as read). The subtraction of w^T dv_new runs on the negated sum (wgmma only adds), so that
-    dv_new's one buffer is both the TMA store's source and the product's operand."""
+    refilled as soon as read), and scales do while the tensor cores form k dS. The q and w products accumulate
+    on the negated state, -dS' = decay (-dS) + q^T (-scale read do) + w^T dv_new (wgmma only adds), so that
+    dv_new's one buffer is both the TMA store's source and the product's operand, and both are waited for once.
+
+    Each chunk addresses its wgmma operands through an index read from memory (`opaque_zero`, always 0): with
+    addresses the compiler could see were the same every chunk, it computed the descriptors of every operand
+    tile once and kept them in registers across the loop, which spilled (448 bytes per thread) and serialized
+    the products (0.64 ms against 0.30 at the benchmark's shapes, docs/benchmarks.md)."""
     _require(supports(k, do, chunk, store) and q.dtype == w.dtype == dv_local.dtype == k.dtype,
              "state gradient pass", k, do, chunk, store)
     b_, tp, heads, dk = k.shape
@@ -209,7 +215,7 @@ def state_gradient_pass(q, k, w, do, dv_local, read, write, decay, dfinal, *, ch
     tiles = _swizzled(dtype)
     K_TILE, Q_TILE, W_TILE = range(3)  # ring slots, in the order a chunk uses them
 
-    def kernel(q_g, k_g, w_g, do_g, dvl_g, r_g, f_g, d_g, df_g, dh_g, dvn_g, dh0_g, ring, produced, consumed,
+    def kernel(q_g, k_g, w_g, do_g, dvl_g, r_g, f_g, d_g, df_g, zero_g, dh_g, dvn_g, dh0_g, ring, produced, consumed,
                state_smem, do_smem, dvl_smem, dvn_smem, r_smem, f_smem, do_ready, dvl_ready, h_ready):
         wg = lax.axis_index("wg")
         bh = lax.axis_index("bh")
@@ -235,9 +241,7 @@ def state_gradient_pass(q, k, w, do, dv_local, read, write, decay, dfinal, *, ch
             plgpu.set_max_registers(232, action="increase")
             cols = pl.ds(lax.axis_index("v") * _COLUMNS + wg * _SLAB, _SLAB)
             s_smem, stage_smem = state_smem
-            s_ref, stage = s_smem.at[wg], stage_smem.at[wg]
-            do_ref, dvl_ref, dvn_ref = do_smem.at[wg], dvl_smem.at[wg], dvn_smem.at[wg]
-            r_ref, f_ref = r_smem.at[wg], f_smem.at[wg]
+            do_ref, dvl_ref, r_ref, f_ref = do_smem.at[wg], dvl_smem.at[wg], r_smem.at[wg], f_smem.at[wg]
 
             def fetch_dvl(i):  # dv_local and the write factors of the i-th chunk visited
                 rows = rows_of(chunk_of(i))
@@ -251,52 +255,52 @@ def state_gradient_pass(q, k, w, do, dv_local, read, write, decay, dfinal, *, ch
 
             def step(i, dS):
                 n = chunk_of(i)
-                decay = d_g[b, h, n]  # a load from memory: issued first
+                decay = d_g[b, h, n]  # loads from memory: issued first
+                zero = zero_g[0]
+                tile = lambda slot: ring.at[slot + zero]
+                s_ref, operand_do, dvn_ref = (x.at[wg + zero] for x in (s_smem, do_smem, dvn_smem))
                 plgpu.wait_smem_to_gmem(0, wait_read_only=True)  # the last chunk's dS and dv_new have left
                 _send_slab(dS, s_ref, dh_g.at[b, n, h, :, cols])
-
-                def k_dS(acc):
-                    plgpu.wgmma(acc, ring.at[K_TILE], s_ref)
-                    return acc[...]
-
                 plgpu.barrier_wait(produced.at[K_TILE])
-                kds = pl.run_scoped(k_dS, plgpu.ACC((chunk, _SLAB), f32))
-                plgpu.barrier_arrive(consumed.at[K_TILE])
-                plgpu.barrier_wait(dvl_ready.at[wg])
-                f = plgpu.load(f_ref, layout=plgpu.Layout.WGMMA.reduce(1))
-                dv_new = dvl_ref[...].astype(f32) + kds * lax.broadcast_in_dim(f, kds.shape, [0])
-                dvn_ref[...] = dv_new.astype(dtype)  # (the store waits for the warpgroup: dv_local is read)
 
-                @pl.when(i + 1 < n_chunks)
-                def _():
-                    fetch_dvl(i + 1)
+                def products(negated):
+                    def k_dS(acc):
+                        plgpu.wgmma(acc, tile(K_TILE), s_ref)
+                        plgpu.barrier_wait(do_ready.at[wg])
+                        r = plgpu.load(r_ref, layout=plgpu.Layout.WGMMA.reduce(1))
+                        do_ref[...] = (do_ref[...].astype(f32) * lax.broadcast_in_dim(-scale * r, (chunk, _SLAB),
+                                                                                      [0])).astype(dtype)
+                        return acc[...]
 
-                plgpu.barrier_wait(do_ready.at[wg])
-                r = plgpu.load(r_ref, layout=plgpu.Layout.WGMMA.reduce(1))
-                do_ref[...] = (do_ref[...].astype(f32) * lax.broadcast_in_dim(r * scale, kds.shape, [0])
-                               ).astype(dtype)
-                plgpu.commit_smem()
-                plgpu.copy_smem_to_gmem(dvn_ref, dvn_g.at[b, rows_of(n), h, cols])
+                    kds = pl.run_scoped(k_dS, plgpu.ACC((chunk, _SLAB), f32))
+                    plgpu.barrier_arrive(consumed.at[K_TILE])
+                    plgpu.barrier_wait(dvl_ready.at[wg])
+                    f = plgpu.load(f_ref, layout=plgpu.Layout.WGMMA.reduce(1))
+                    dvn_ref[...] = (dvl_ref[...].astype(f32) + kds * lax.broadcast_in_dim(f, kds.shape, [0])
+                                    ).astype(dtype)  # (the store waits for the warpgroup: dv_local is read)
 
-                def products(slot, operand):
-                    def run(accs):
-                        for rows, acc in zip(halves, accs):
-                            plgpu.wgmma(acc, ring.at[slot].at[:, rows].T, operand)
-                    return run
+                    @pl.when(i + 1 < n_chunks)
+                    def _():
+                        fetch_dvl(i + 1)
 
-                plgpu.barrier_wait(produced.at[Q_TILE])
-                dS = pl.run_state(products(Q_TILE, do_ref))(tuple(plgpu.ACC.init(x * decay) for x in dS))
+                    plgpu.commit_smem()
+                    plgpu.copy_smem_to_gmem(dvn_ref, dvn_g.at[b, rows_of(n), h, cols])
+                    for slot, operand in ((Q_TILE, operand_do), (W_TILE, dvn_ref)):
+                        plgpu.barrier_wait(produced.at[slot])
+                        for rows, acc in zip(halves, negated):
+                            plgpu.wgmma(acc, tile(slot).at[:, rows].T, operand)
+
+                negated = pl.run_state(products)(tuple(plgpu.ACC.init(x * -decay) for x in dS))
                 plgpu.barrier_arrive(consumed.at[Q_TILE])
+                plgpu.barrier_arrive(consumed.at[W_TILE])
 
                 @pl.when(i + 1 < n_chunks)
                 def _():
                     fetch_do(i + 1)
 
-                plgpu.barrier_wait(produced.at[W_TILE])
-                dS = pl.run_state(products(W_TILE, dvn_ref))(tuple(plgpu.ACC.init(-x) for x in dS))
-                plgpu.barrier_arrive(consumed.at[W_TILE])
-                return tuple(-x for x in dS)
+                return tuple(-x for x in negated)
 
+            stage = stage_smem.at[wg]
             fetch_dvl(0)
             fetch_do(0)
             dS = lax.fori_loop(0, n_chunks, step, _load_slab(df_g.at[b, h, :, cols], stage, h_ready.at[wg]))
@@ -316,4 +320,5 @@ def state_gradient_pass(q, k, w, do, dv_local, read, write, decay, dfinal, *, ch
                        grid_names=("v", "bh"), num_threads=_WARPGROUPS + 1, thread_name="wg",
                        kernel_name="delta_dstates_mosaic")
     bht = lambda x: jnp.transpose(x, (0, 2, 1))  # each chunk's factors contiguous for TMA
-    return run(q, k, w, do, dv_local, bht(read), bht(write), bht(decay), dfinal)
+    opaque_zero = jnp.zeros((1,), jnp.int32)
+    return run(q, k, w, do, dv_local, bht(read), bht(write), bht(decay), dfinal, opaque_zero)
