@@ -6,6 +6,13 @@ benchmark's (K = 256, V = 512); T = 1000 is not a multiple of the chunk (64); ea
 several documents, one row with strong decay, the other with zeroed gates.
 """
 
+import os
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
 import jax
 import jax.numpy as jnp
 import pytest
@@ -79,3 +86,32 @@ def test_mosaic_state_gradient_pass_matches_its_triton_twin():
     want = delta_rule.delta_dstates(*args, interpret=False, **kw)
     for name, g, r in zip(("state gradients", "dv_new", "initial state's gradient"), got, want):
         assert rel_rms(g.astype(jnp.float32), r.astype(jnp.float32)) < OUT_TOL, name
+
+
+_COMPILE_MOSAIC_PASSES = textwrap.dedent("""
+    import jax, jax.numpy as jnp
+    from pallas_kernels import mosaic_delta_states as m
+    b, t, h, dk, dv, c = 1, 192, 1, 256, 128, 64
+    bf, f32 = jnp.bfloat16, jnp.float32
+    k, u = jnp.zeros((b, t, h, dk), bf), jnp.zeros((b, t, h, dv), bf)
+    write, decay, h0 = jnp.zeros((b, t, h), f32), jnp.zeros((b, t // c, h), f32), jnp.zeros((b, h, dk, dv), f32)
+    for w in (k, None):
+        jax.block_until_ready(m.state_pass(w, u, k, write, decay, h0, chunk=c, store=bf))
+    jax.block_until_ready(m.state_gradient_pass(k, k, k, u, u, write, write, decay, h0, chunk=c, scale=1.0, store=bf))
+""")
+
+
+def test_mosaic_passes_compile_without_spills(tmp_path):
+    """ptxas's report on the three Mosaic GPU kernels (Mosaic GPU writes it with MOSAIC_GPU_DUMP_PTXAS and
+    MOSAIC_GPU_DUMP_TO, read once per process, hence a process of its own): no register spills and no
+    serialized wgmma. The state gradient's pass had both, and twice its time, until its operands were addressed
+    through `opaque_zero` (docs/benchmarks.md, fifteenth session)."""
+    env = dict(os.environ, MOSAIC_GPU_DUMP_PTXAS="1", MOSAIC_GPU_DUMP_TO=str(tmp_path))
+    subprocess.run([sys.executable, "-c", _COMPILE_MOSAIC_PASSES], env=env, check=True, timeout=600,
+                   cwd=Path(__file__).resolve().parents[2])
+    reports = {path.name.rsplit("_", 1)[0]: path.read_text() for path in tmp_path.glob("*.ptxas")}
+    assert sorted(reports) == ["chunk_states_mosaic", "delta_dstates_mosaic", "delta_states_mosaic"], sorted(reports)
+    for kernel, report in reports.items():
+        spills = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", report)
+        assert spills and spills.groups() == ("0", "0"), (kernel, report)
+        assert "are serialized" not in report, (kernel, report)
