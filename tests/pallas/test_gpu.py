@@ -1,5 +1,6 @@
 """impl="pallas" compiled for the GPU (Triton, and Mosaic GPU for the gated delta rule's three state passes), at full
-size, against the float64 recurrence run on the same GPU.
+size, against the float64 recurrence run on the same GPU; the Mosaic GPU kernels also against their Triton twins and
+against ptxas's report of spills and serialized tensor-core products.
 
 Run on the GPU machine: `python3 -m pytest -m gpu tests/pallas`. Head dims are the
 benchmark's (K = 256, V = 512); T = 1000 is not a multiple of the chunk (64); each row packs
