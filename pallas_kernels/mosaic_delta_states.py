@@ -256,7 +256,7 @@ def state_gradient_pass(q, k, w, do, dv_local, read, write, decay, dfinal, *, ch
             def step(i, dS):
                 n = chunk_of(i)
                 decay = d_g[b, h, n]  # loads from memory: issued first
-                zero = zero_g[0]
+                zero = zero_g[0]  # the products' operands are addressed through it (the docstring says why)
                 tile = lambda slot: ring.at[slot + zero]
                 s_ref, operand_do, dvn_ref = (x.at[wg + zero] for x in (s_smem, do_smem, dvn_smem))
                 plgpu.wait_smem_to_gmem(0, wait_read_only=True)  # the last chunk's dS and dv_new have left
