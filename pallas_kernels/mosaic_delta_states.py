@@ -56,6 +56,29 @@ def _swizzled(dtype):
     return plgpu.TilingTransform((8, 128 // jnp.dtype(dtype).itemsize)), plgpu.SwizzleTransform(128)
 
 
+def _per_warpgroup(dtype, *rows):
+    """Shared memory holding a `[*rows, 64]` tile for each compute warpgroup, laid out for wgmma."""
+    return plgpu.SMEM((_WARPGROUPS, *rows, _SLAB), dtype, transforms=_swizzled(dtype))
+
+
+def _state_buffers(dtype, dk):
+    """Each compute warpgroup's `[K, 64]` state slab in the inputs' dtype (the products' operand, the TMA stores'
+    source), its bytes shared with the fp32 staging buffer of half a slab (`_load_slab`, `_save_slab`)."""
+    return plgpu.RefUnion(_per_warpgroup(dtype, dk), _per_warpgroup(f32, dk // 2))
+
+
+def _by_head(x):
+    """Per-token or per-chunk factors `[B, T, H]` as `[B, H, T]`: each chunk's contiguous for TMA."""
+    return jnp.transpose(x, (0, 2, 1))
+
+
+def _launch(kernel, outs, scratch, *, dv, batch_heads, name):
+    """A kernel of blocks of two compute warpgroups and one memory warpgroup, one block per 128 V columns of a
+    (batch, head) pair."""
+    return plgpu.kernel(kernel, out_type=outs, scratch_types=scratch, grid=(dv // _COLUMNS, batch_heads),
+                        grid_names=("v", "bh"), num_threads=_WARPGROUPS + 1, thread_name="wg", kernel_name=name)
+
+
 def _halves(dk):
     """The two row ranges of a `[K, 64]` state slab that a compute warpgroup holds as separate fp32 arrays."""
     return pl.ds(0, dk // 2), pl.ds(dk // 2, dk // 2)
@@ -176,15 +199,11 @@ def state_pass(w, values, k, write, decay, h0, *, chunk, store):
     outs = (jax.ShapeDtypeStruct((b_, n_chunks, heads, dk, dv), store),
             *([jax.ShapeDtypeStruct(values.shape, dtype)] if correct else []),
             jax.ShapeDtypeStruct((b_, heads, dk, dv), f32))
-    slab = lambda dt, *rows: plgpu.SMEM((_WARPGROUPS, *rows, _SLAB), dt, transforms=_swizzled(dt))
-    scratch = (plgpu.RefUnion(slab(dtype, dk), slab(f32, dk // 2)), slab(dtype, 2, chunk),
+    scratch = (_state_buffers(dtype, dk), _per_warpgroup(dtype, 2, chunk),
                plgpu.Barrier(num_barriers=2 * _WARPGROUPS), plgpu.Barrier(num_barriers=_WARPGROUPS))
-    run = plgpu.kernel(kernel, out_type=outs, scratch_types=scratch, grid=(dv // _COLUMNS, b_ * heads),
-                       grid_names=("v", "bh"), num_threads=_WARPGROUPS + 1, thread_name="wg",
-                       kernel_name="delta_states_mosaic" if correct else "chunk_states_mosaic")
-    # each chunk's factors contiguous for TMA: write as [B, H, Tp], decay as [B, H, N]
-    results = run(*([w] if correct else []), values, k, jnp.transpose(write, (0, 2, 1)),
-                  jnp.transpose(decay, (0, 2, 1)), h0)
+    run = _launch(kernel, outs, scratch, dv=dv, batch_heads=b_ * heads,
+                  name="delta_states_mosaic" if correct else "chunk_states_mosaic")
+    results = run(*([w] if correct else []), values, k, _by_head(write), _by_head(decay), h0)
     return results if correct else (results[0], None, results[1])
 
 
@@ -308,17 +327,12 @@ def state_gradient_pass(q, k, w, do, dv_local, read, write, decay, dfinal, *, ch
 
     outs = (jax.ShapeDtypeStruct((b_, n_chunks, heads, dk, dv), store), jax.ShapeDtypeStruct(do.shape, store),
             jax.ShapeDtypeStruct((b_, heads, dk, dv), f32))
-    slab = lambda dt, *rows: plgpu.SMEM((_WARPGROUPS, *rows, _SLAB), dt, transforms=_swizzled(dt))
     vector = plgpu.SMEM((_WARPGROUPS, chunk), f32)
+    tile = _per_warpgroup(dtype, chunk)
     scratch = (plgpu.SMEM((3, chunk, dk), dtype, transforms=tiles), plgpu.Barrier(num_barriers=3),
-               plgpu.Barrier(num_arrivals=_WARPGROUPS, num_barriers=3),
-               plgpu.RefUnion(slab(dtype, dk), slab(f32, dk // 2)), slab(dtype, chunk), slab(dtype, chunk),
-               slab(dtype, chunk), vector, vector,
-               plgpu.Barrier(num_arrivals=2, num_barriers=_WARPGROUPS),
+               plgpu.Barrier(num_arrivals=_WARPGROUPS, num_barriers=3), _state_buffers(dtype, dk), tile, tile, tile,
+               vector, vector, plgpu.Barrier(num_arrivals=2, num_barriers=_WARPGROUPS),
                plgpu.Barrier(num_arrivals=2, num_barriers=_WARPGROUPS), plgpu.Barrier(num_barriers=_WARPGROUPS))
-    run = plgpu.kernel(kernel, out_type=outs, scratch_types=scratch, grid=(dv // _COLUMNS, b_ * heads),
-                       grid_names=("v", "bh"), num_threads=_WARPGROUPS + 1, thread_name="wg",
-                       kernel_name="delta_dstates_mosaic")
-    bht = lambda x: jnp.transpose(x, (0, 2, 1))  # each chunk's factors contiguous for TMA
+    run = _launch(kernel, outs, scratch, dv=dv, batch_heads=b_ * heads, name="delta_dstates_mosaic")
     opaque_zero = jnp.zeros((1,), jnp.int32)
-    return run(q, k, w, do, dv_local, bht(read), bht(write), bht(decay), dfinal, opaque_zero)
+    return run(q, k, w, do, dv_local, _by_head(read), _by_head(write), _by_head(decay), dfinal, opaque_zero)
