@@ -228,22 +228,24 @@ def _kernel_times(family, B, T, timed):
         timed("delta_wy (XLA)", jit(xla_wy), k, v, G, beta)
         timed("delta_wy vjp (XLA)", jit(lambda k, v, G, beta, dw, du: jax.vjp(xla_wy, k, v, G, beta)[1](
             (dw.astype(jnp.float32), du.astype(jnp.float32)))), k, v, G, beta, k, do)
-    c = q  # C q and dm in q's dtype, as the op has them; the CCQ read's ends, 16 or 32 rows a program
+    c = q  # C q, m^ and dm in q's dtype, as the op has them; the CCQ read's ends, 16 or 32 rows a program
     sums, counts = jnp.zeros((B, T // C, H, K), jnp.float32), jnp.ones((B, T // C, H), jnp.float32)
     for n_rows in (16, 32):
         ccq_kw = dict(kw, rows=n_rows)
-        timed(f"clean_query/{n_rows}", jit(lambda q, k, c, lam: ccq_read.clean_query(
-            q, k, c, lam, lay.reads, lay.dd, sums, counts, centered=True, **ccq_kw)), q, k, c, lam)
-        timed(f"clean_query_grad/{n_rows}", jit(lambda g, q, k, c, lam: ccq_read.clean_query_grad(
-            g, q, k, c, lam, lay.reads, lay.dd, sums, counts, centered=True, **ccq_kw)), q, q, k, c, lam)
         timed(f"statistics_keys/{n_rows}", jit(lambda k: ccq_read.statistics_keys(
             k, lay.writes, eps=1e-6, **ccq_kw)), k)
+        timed(f"clean_query/{n_rows}", jit(lambda q, m, c, lam: ccq_read.clean_query(
+            q, m, c, lam, lay.reads, lay.dd, sums, counts, **ccq_kw)), q, k, c, lam)
+        timed(f"clean_query_grad/{n_rows}", jit(lambda g, q, m, c, lam: ccq_read.clean_query_grad(
+            g, q, m, c, lam, lay.reads, lay.dd, sums, counts, **ccq_kw)), q, q, k, c, lam)
         timed(f"key_grad/{n_rows}", jit(lambda k, dkh, dm: ccq_read.key_grad(
             k, dkh, dm, sums, lay.writes, lay.dd, eps=1e-6, **ccq_kw)), k, k, c)
     # the CCQ covariance: an ungated linear attention with values k (K = V), its kernels as _ccq_read runs them
     cov_kw = dict(kw, gate=None)
     cov_scores = jit(lambda q, k: la.intra_scores(q, k, None, lay.dd, **cov_kw))
     timed("cov intra_scores", cov_scores, q, k)
+    timed("cov intra_scores (and the keys' running sums)", jit(lambda q, k: la.intra_scores(
+        q, k, None, lay.dd, key_sums=True, **cov_kw)), q, k)
     A_cov, h0_cov = cov_scores(q, k), jnp.zeros((B, H, K, K), jnp.float32)
     timed("cov chunk_states", jit(lambda k: la.chunk_states(
         k, k, None, lay.writes, lay.keep, h0_cov, store=jnp.bfloat16, **cov_kw)), k)

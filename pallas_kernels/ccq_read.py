@@ -1,17 +1,19 @@
 """The CCQ read's ends around its covariance linear attention: the keys, the cleaned query and the gradients.
 
-`statistics_keys` forms the keys k^ (normalised) and the chunks' key totals in one pass over k. The
-covariance is a linear attention with values k^ (`linear_attention`'s states and scores); with the key
-sum and count of each token's document inside its chunk,
-  m_t = sum_{j <= t, same document} k^_j + reads_t * M_n,   n_t = (the same count) + reads_t * N_n,
+`statistics_keys` forms the keys k^ (normalised) and the chunks' key totals in one pass over k. The covariance is a
+linear attention with values k^ (`linear_attention`'s states and scores); with the key sum and count of each token's
+document inside its chunk,
+  m_t = m^_t + reads_t * M_n,   m^_t = sum_{j <= t in t's chunk and document} k^_j,   n_t = (the same count) + reads_t * N_n,
 where M_n, N_n enter chunk n (a scan over the chunks' totals, done by the caller), the read is
   c_t = C_t q_t,   q_clean = q - lam s,   s = c / n - mu (mu . q),   mu = m / n   (mu's term only when centered).
-The covariance's output pass gives c (in q's dtype). Row dots over K need whole rows: a program here
-holds `rows` tokens at the full key width (fp32 [rows, K] tiles; measured at K = 256: 16 rows, 32 for
-`key_grad`), one pass, and reads its chunk's keys for the in-chunk sums (a [rows, C] x [C, K] product).
-Forming q_clean inside the covariance's output pass instead (per [C, 64] column tile, m . q from the
-scores' row sums) measured slower on the H200: 0.162 ms against 0.078 + 0.067 for the two passes
-(CCQ-GLA at B = 4, T = 4096).
+The covariance's passes give c and m^ (its in-chunk scores pass sums the keys on the same pairs; both in q's
+dtype, kept for the backward). Row dots over K need whole rows: a program of the ends holds `rows` tokens at the
+full key width (fp32 [rows, K] tiles; measured at K = 256: 16 rows, 32 for `key_grad`), one pass. Forming q_clean
+inside the covariance's output pass instead (per [C, 64] column tile, m . q from the scores' row sums) measured
+slower on the H200: 0.162 ms against 0.078 + 0.067 for the two passes (CCQ-GLA at B = 4, T = 4096). Until the
+sixteenth session the ends formed m^ from their chunk's keys themselves (a [rows, C] x [C, K] product per program);
+reading it instead: `clean_query` 0.099 -> 0.087 ms, `clean_query_grad` 0.203 -> 0.132 alone (H200, B = 4,
+T = 4096, H = 6, bf16). `statistics_keys` forming m^ (a whole chunk per program) took 0.065-0.078 ms against 0.03.
 
 Gradients (g = dq_clean; a = mu . q, b = mu . g, e = g . c, all per token):
   dlam = -(e / n - a b),   dc = -lam g / n,   dq = g + lam mu b,   dm = lam (g a + q b) / n,
@@ -27,7 +29,7 @@ import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
-from pallas_kernels._tiles import batch_head, dot, fp32_dot, iota, launch, tile
+from pallas_kernels._tiles import batch_head, fp32_dot, iota, launch, tile
 
 f32 = jnp.float32
 
@@ -95,7 +97,7 @@ def _pairs(dd_ref, at, rows, chunk, later):
     return order & (dd_ref[at.b, at.tokens][:, None] == dd_ref[at.b, at.chunk_tokens][None, :])
 
 
-def _running(kh_ref, r_ref, dd_ref, ms_ref, mc_ref, at, rows, chunk, centered):
+def _running(m_ref, r_ref, dd_ref, ms_ref, mc_ref, at, rows, chunk, centered):
     """(the running key mean [rows, K] fp32 (None unless centered), count [rows], reads [rows]) of the program's
     tokens."""
     before = _pairs(dd_ref, at, rows, chunk, later=False)
@@ -103,22 +105,33 @@ def _running(kh_ref, r_ref, dd_ref, ms_ref, mc_ref, at, rows, chunk, centered):
     count = jnp.sum(before.astype(f32), axis=1) + reads * mc_ref[at.b, pl.ds(at.n, 1), at.h]
     if not centered:
         return None, count, reads
-    full = pl.ds(0, kh_ref.shape[-1])
-    m = (dot(before.astype(kh_ref.dtype), kh_ref[at.b, at.chunk_tokens, at.h, full])
-         + reads[:, None] * ms_ref[at.b, pl.ds(at.n, 1), at.h, full])
+    full = pl.ds(0, m_ref.shape[-1])
+    m = tile(m_ref, at.b, at.tokens, at.h, full) + reads[:, None] * ms_ref[at.b, pl.ds(at.n, 1), at.h, full]
     return m / count[:, None], count, reads
 
 
-def clean_query(q, kh, cov_q, lam, reads, dd, key_sum_in, count_in, *, chunk, centered, interpret, rows=16):
-    """q_clean [B, Tp, H, K] in q's dtype from q, the keys k^, c = C q, lam [B, Tp, H] and the key sums
-    and counts entering each chunk (fp32 [B, N, H, K] and [B, N, H])."""
+def _with_running(running, refs):
+    """(the running sums' ref or None, the other refs) of a kernel whose inputs hold m^ second when centered."""
+    return (refs[0], refs[1:]) if running is not None else (None, refs)
+
+
+def _inputs(before, running, after):
+    """A kernel's inputs: those `before`, m^ (when centered) and those `after`."""
+    return tuple(before) + ((running,) if running is not None else ()) + tuple(after)
+
+
+def clean_query(q, running, cov_q, lam, reads, dd, key_sum_in, count_in, *, chunk, interpret, rows=16):
+    """q_clean [B, Tp, H, K] in q's dtype from q, the keys' running sums m^ (`statistics_keys`; None: not centered),
+    c = C q, lam [B, Tp, H] and the key sums and counts entering each chunk (fp32 [B, N, H, K] and [B, N, H])."""
     heads, dk = q.shape[2:]
     rows, grid = _grid(rows, chunk, q.shape)
+    centered = running is not None
 
-    def kernel(q_ref, kh_ref, c_ref, lam_ref, r_ref, dd_ref, ms_ref, mc_ref, out_ref):
+    def kernel(q_ref, *refs):
+        m_ref, (c_ref, lam_ref, r_ref, dd_ref, ms_ref, mc_ref, out_ref) = _with_running(running, refs)
         at = _place(heads, rows, chunk)
         b, h, tokens = at.b, at.h, at.tokens
-        mu, count, _ = _running(kh_ref, r_ref, dd_ref, ms_ref, mc_ref, at, rows, chunk, centered)
+        mu, count, _ = _running(m_ref, r_ref, dd_ref, ms_ref, mc_ref, at, rows, chunk, centered)
         full = pl.ds(0, dk)
         qf = tile(q_ref, b, tokens, h, full)
         s = tile(c_ref, b, tokens, h, full) / count[:, None]
@@ -127,24 +140,25 @@ def clean_query(q, kh, cov_q, lam, reads, dd, key_sum_in, count_in, *, chunk, ce
         out_ref[b, tokens, h, full] = (qf - lam_ref[b, tokens, h].astype(f32)[:, None] * s).astype(out_ref.dtype)
 
     return launch(kernel, jax.ShapeDtypeStruct(q.shape, q.dtype), grid, interpret=interpret, name="clean_query")(
-        q, kh, cov_q, lam, reads, dd, key_sum_in, count_in)
+        *_inputs((q,), running, (cov_q, lam, reads, dd, key_sum_in, count_in)))
 
 
-def clean_query_grad(dqc, q, kh, cov_q, lam, reads, dd, key_sum_in, count_in, *, chunk, centered, interpret,
-                     rows=16):
+def clean_query_grad(dqc, q, running, cov_q, lam, reads, dd, key_sum_in, count_in, *, chunk, interpret, rows=16):
     """The gradients of `clean_query` (see the module's docstring) given g = dq_clean:
     (dq, dc and dm in q's dtype (dm None without centering), dlam fp32 [B, Tp, H], and the gradients of the sums
     and counts entering each chunk, fp32 [B, N, H, K] and [B, N, H], of dm before rounding). Half-precision dq
     and dm (like the covariance's own key gradient): H200, CCQ-GLA at B = 4, T = 4096, 0.189 -> 0.150 ms alone."""
     b_, _, heads, dk = q.shape
     rows, grid = _grid(rows, chunk, q.shape)
+    centered = running is not None
 
-    def kernel(g_ref, q_ref, kh_ref, c_ref, lam_ref, r_ref, dd_ref, ms_ref, mc_ref, dq_ref, dc_ref, dlam_ref,
-               dmc_ref, *centered_refs):
+    def kernel(g_ref, q_ref, *refs):
+        m_ref, (c_ref, lam_ref, r_ref, dd_ref, ms_ref, mc_ref, dq_ref, dc_ref, dlam_ref, dmc_ref,
+                *centered_refs) = _with_running(running, refs)
         at = _place(heads, rows, chunk)
         b, h, tokens = at.b, at.h, at.tokens
         block_id = pl.ds(pl.program_id(0), 1)
-        mu, count, reads = _running(kh_ref, r_ref, dd_ref, ms_ref, mc_ref, at, rows, chunk, centered)
+        mu, count, reads = _running(m_ref, r_ref, dd_ref, ms_ref, mc_ref, at, rows, chunk, centered)
         full = pl.ds(0, dk)
         g = tile(g_ref, b, tokens, h, full)
         lam_t = lam_ref[b, tokens, h].astype(f32)
@@ -170,8 +184,8 @@ def clean_query_grad(dqc, q, kh, cov_q, lam, reads, dd, key_sum_in, count_in, *,
             jax.ShapeDtypeStruct((b_, grid[0], heads), f32)]
     outs += [grad, jax.ShapeDtypeStruct((b_, grid[0], heads, dk), f32)] if centered else []
     dq, dc, dlam, dmc, *centered_outs = launch(kernel, tuple(outs), grid, interpret=interpret,
-                                               name="clean_query_grad")(dqc, q, kh, cov_q, lam, reads, dd,
-                                                                        key_sum_in, count_in)
+                                               name="clean_query_grad")(
+        *_inputs((dqc, q), running, (cov_q, lam, reads, dd, key_sum_in, count_in)))
     per_chunk = lambda x: _per_chunk_sum(x, chunk, rows)
     if not centered:
         return dq, dc, dlam, None, jnp.zeros(key_sum_in.shape, f32), per_chunk(dmc)

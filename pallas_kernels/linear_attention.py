@@ -75,23 +75,30 @@ def gated_inputs(g, q, k, reads, writes, *, chunk, interpret):
                         name="gated_inputs")(g, q, k, reads, writes))
 
 
-def intra_scores(q, k, g, dd, *, chunk, gate, interpret):
-    """[B, H, Tp, C] fp32 scores of each token against the earlier tokens of its chunk and document."""
+def intra_scores(q, k, g, dd, *, chunk, gate, interpret, key_sums=False):
+    """[B, H, Tp, C] fp32 scores of each token against the earlier tokens of its chunk and document. key_sums (no
+    gates): also the running sums of the keys over the same pairs, sum_{j <= i} k_j, [B, Tp, H, K] in k's dtype
+    (the CCQ read's m^), formed from the key tiles the scores load."""
+    if key_sums and gate:
+        raise ValueError(f"intra_scores: key_sums is for ungated attention, got gate={gate!r}")
     b_, tp, heads, dk = q.shape
     bk = block(dk)
     subs = chunk // SUB
 
     def kernel(q_ref, k_ref, *refs):
-        g_ref, (dd_ref, a_ref) = _split_gate(refs, gate)
+        g_ref, (dd_ref, a_ref, *sums_ref) = _split_gate(refs, gate)
         n = pl.program_id(0)
         b, h = batch_head(1, heads)
         t0 = n * chunk
         rows = pl.ds(t0, chunk)
         i = iota(chunk)
+        causal = same_doc_causal(dd_ref, b, rows, chunk)
 
         def k_step(kt, acc):
             ks = pl.ds(kt * bk, bk)
             qt, kt_ = q_ref[b, rows, h, ks], k_ref[b, rows, h, ks]
+            if key_sums:  # 0/1 pairs: the products are exact in any dtype
+                sums_ref[0][b, rows, h, ks] = dot(causal.astype(kt_.dtype), kt_).astype(kt_.dtype)
             if gate != "channel":
                 return acc + dot(qt, kt_, trans_b=True)
             qf, kf, G = qt.astype(f32), kt_.astype(f32), g_ref[b, rows, h, ks]
@@ -103,15 +110,16 @@ def intra_scores(q, k, g, dd, *, chunk, gate, interpret):
             return acc
 
         acc = jax.lax.fori_loop(0, dk // bk, k_step, jnp.zeros((chunk, chunk), f32))
-        causal = same_doc_causal(dd_ref, b, rows, chunk)
         if gate == "head":
             G = g_ref[b, rows, h]
             acc = acc * masked_exp(G[:, None] - G[None, :], causal)
         a_ref[b, h, rows, :] = jnp.where(causal, acc, 0.0)
 
     args = (q, k) + ((g,) if gate else ()) + (dd,)
-    out = jax.ShapeDtypeStruct((b_, heads, tp, chunk), f32)
-    return launch(kernel, out, (tp // chunk, b_ * heads), interpret=interpret, name="intra_scores")(*args)
+    out = (jax.ShapeDtypeStruct((b_, heads, tp, chunk), f32),) + ((jax.ShapeDtypeStruct(k.shape, k.dtype),)
+                                                                  if key_sums else ())
+    res = launch(kernel, out, (tp // chunk, b_ * heads), interpret=interpret, name="intra_scores")(*args)
+    return tuple(res) if key_sums else res[0]
 
 
 def diagonal_scores(q, k, g, dd, scores, *, chunk, interpret):

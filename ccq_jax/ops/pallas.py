@@ -129,33 +129,36 @@ def _recompute_from(residuals):
 # ---- GLA form (per-channel gates) and the undecayed covariance of the CCQ read -------------------
 
 
-def _la_forward(q, k, v, g, h0, lay, scale, chunk, gate, out_dtype):
+def _la_forward(q, k, v, g, h0, lay, scale, chunk, gate, out_dtype, key_sums=False):
+    """(o, final state, the intra-chunk scores, G or None, the keys' running sums inside chunks (`key_sums`: see
+    `intra_scores`) or None)."""
     interpret = _interpret()
     if gate:  # per-channel gates applied to q and k once, 0/1 masks included (gated_inputs, which forms G)
         G, q_read, k_write = la.gated_inputs(g, q, k, lay.reads, lay.writes, chunk=chunk, interpret=interpret)
         writes = None
     else:  # the kernels apply the masks
         G, q_read, k_write, writes = None, q, k, lay.writes
-    scores = la.intra_scores(q, k, G, lay.dd, chunk=chunk, gate=gate, interpret=interpret)
+    scores = la.intra_scores(q, k, G, lay.dd, chunk=chunk, gate=gate, interpret=interpret, key_sums=key_sums)
+    scores, running = scores if key_sums else (scores, None)
     if gate:
         scores = la.diagonal_scores(q, k, G, lay.dd, scores, chunk=chunk, interpret=interpret)
     states, final = la.chunk_states(k_write, v, G, writes, lay.keep, h0, chunk=chunk, gate=gate, store=q.dtype,
                                     interpret=interpret)
     o = la.chunk_out(q_read, None, lay.reads, states, scores, v, chunk=chunk, gate=None, transpose_scores=False,
                      s_inter=scale, s_intra=scale, out_dtype=out_dtype, interpret=interpret)
-    return o, final, scores, G
+    return o, final, scores, G, running
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(6, 7, 8, 9))
 def _linear_attention(q, k, v, g, h0, lay, scale, chunk, gate, out_dtype):
     """o = scale * S_t^T q_t with S_t = diag(exp(g_t)) S_{t-1} + k_t v_t^T (no decay when gate is None)."""
-    o, final, _, _ = _la_forward(q, k, v, g, h0, lay, scale, chunk, gate, out_dtype)
+    o, final, *_ = _la_forward(q, k, v, g, h0, lay, scale, chunk, gate, out_dtype)
     return o, final
 
 
 def _la_fwd(q, k, v, g, h0, lay, scale, chunk, gate, out_dtype):
     """Keeps the gates' in-chunk cumsum G (fp32, the size of g, kept instead of it) for the backward."""
-    o, final, scores, G = _la_forward(q, k, v, g, h0, lay, scale, chunk, gate, out_dtype)
+    o, final, scores, G, _ = _la_forward(q, k, v, g, h0, lay, scale, chunk, gate, out_dtype)
     return (o, final), (q, k, v, G, h0, lay, scores)
 
 
@@ -233,16 +236,17 @@ def _ccq_keys(k, lay, chunk, normalize):
 
 
 def _ccq_read_forward(q, k, lam, cov0, sum0, count0, lay, chunk, centered, normalize):
-    """(outputs, residuals): the backward keeps the keys k^, C q (both in q's dtype) and the sums entering each
-    chunk, and recomputes the covariance's states."""
+    """(outputs, residuals): the backward keeps the keys k^, their running sums inside chunks, C q (all in q's
+    dtype) and the sums entering each chunk, and recomputes the covariance's states."""
     interpret = _interpret()
     kh, totals = _ccq_keys(k, lay, chunk, normalize)
     (sum_in, count_in), final = _key_scan(totals, (sum0, count0), lay.keep)
     # the state is [key, value] = C^T: C q_t = sum_k q_tk S[k, :]
-    cov_q, cov_t, scores, _ = _la_forward(q, kh, kh, None, cov0, lay, 1.0, chunk, None, q.dtype)
-    q_clean = ccq_read.clean_query(q, kh, cov_q, lam, lay.reads, lay.dd, sum_in, count_in, chunk=chunk,
-                                   centered=centered, interpret=interpret)
-    return (q_clean, (cov_t, *final)), (q, k, kh, lam, cov0, lay, cov_q, scores, sum_in, count_in)
+    cov_q, cov_t, scores, _, running = _la_forward(q, kh, kh, None, cov0, lay, 1.0, chunk, None, q.dtype,
+                                                   key_sums=centered)
+    q_clean = ccq_read.clean_query(q, running, cov_q, lam, lay.reads, lay.dd, sum_in, count_in, chunk=chunk,
+                                   interpret=interpret)
+    return (q_clean, (cov_t, *final)), (q, k, kh, running, lam, cov0, lay, cov_q, scores, sum_in, count_in)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(7, 8, 9))
@@ -251,15 +255,15 @@ def _ccq_read(q, k, lam, cov0, sum0, count0, lay, chunk, centered, normalize):
     return _ccq_read_forward(q, k, lam, cov0, sum0, count0, lay, chunk, centered, normalize)[0]
 
 
-def _ccq_read_backward(res, dqc, dstats, chunk, centered, normalize, dk_rest=None):
+def _ccq_read_backward(res, dqc, dstats, chunk, normalize, dk_rest=None):
     """(dq, dk, dlam, dcov0, dsum0, dcount0) of `_ccq_read` given the cotangents of q_clean and of the final
     statistics; dk_rest: the keys' gradient from a backbone reading them too, added on chip (`key_grad`)."""
-    q, k, kh, lam, cov0, lay, cov_q, scores, sum_in, count_in = _recompute_from(res)
+    q, k, kh, running, lam, cov0, lay, cov_q, scores, sum_in, count_in = _recompute_from(res)
     dcov_t, dfinal_sum, dfinal_count = dstats
     interpret = _interpret()
     dq, dc, dlam, dm, dsum_in, dcount_in = ccq_read.clean_query_grad(
-        dqc.astype(q.dtype), q, kh, cov_q, lam, lay.reads, lay.dd, sum_in, count_in, chunk=chunk,
-        centered=centered, interpret=interpret)
+        dqc.astype(q.dtype), q, running, cov_q, lam, lay.reads, lay.dd, sum_in, count_in, chunk=chunk,
+        interpret=interpret)
     scan = lambda totals, init: _key_scan(totals, init, lay.keep)
     # the scan is linear: its transpose takes the gradients of (entering, final) to those of (totals, init),
     # which have the same shapes
@@ -274,7 +278,7 @@ def _ccq_read_backward(res, dqc, dstats, chunk, centered, normalize, dk_rest=Non
 
 def _ccq_read_bwd(chunk, centered, normalize, res, cts):
     dqc, dstats = cts
-    return (*_ccq_read_backward(res, dqc, dstats, chunk, centered, normalize), None)
+    return (*_ccq_read_backward(res, dqc, dstats, chunk, normalize), None)
 
 
 _ccq_read.defvjp(_ccq_read_forward, _ccq_read_bwd)
@@ -336,7 +340,7 @@ def _ccq_backbone_bwd(backbone, chunk, centered, normalize, res, cts):
     read_res, backbone_res = res
     do, dfinal, dstats = cts
     dq_clean, dk_backbone, *drest, dh0, _ = backbone.backward(backbone_res, (do, dfinal))
-    read_grads = _ccq_read_backward(read_res, dq_clean, dstats, chunk, centered, normalize, dk_rest=dk_backbone)
+    read_grads = _ccq_read_backward(read_res, dq_clean, dstats, chunk, normalize, dk_rest=dk_backbone)
     return (*read_grads, tuple(drest), dh0, None)
 
 

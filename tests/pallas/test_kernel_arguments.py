@@ -38,3 +38,10 @@ def test_chunk_dqk_takes_scores_only_for_ungated_square_attention(gate, v_width,
                                          r"k's, got " + got):
         la.chunk_dqk(x, x, v, v, x if gate else None, masks, masks, jnp.ones((B, 1)), states, states, scores, None,
                      chunk=C, gate=gate, scale=1.0, interpret=True, scores=scores)
+
+
+@pytest.mark.parametrize("gate,g", [("head", jnp.zeros((B, T, H))), ("channel", jnp.zeros((B, T, H, K)))])
+def test_intra_scores_sums_keys_only_without_gates(gate, g):
+    x = _tokens()
+    with pytest.raises(ValueError, match=rf"intra_scores: key_sums is for ungated attention, got gate='{gate}'"):
+        la.intra_scores(x, x, g, jnp.zeros((B, T), jnp.int32), chunk=C, gate=gate, interpret=True, key_sums=True)
