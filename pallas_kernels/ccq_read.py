@@ -3,7 +3,8 @@
 `statistics_keys` forms the keys k^ (normalised) and the chunks' key totals in one pass over k. The covariance is a
 linear attention with values k^ (`linear_attention`'s states and scores); with the key sum and count of each token's
 document inside its chunk,
-  m_t = m^_t + reads_t * M_n,   m^_t = sum_{j <= t in t's chunk and document} k^_j,   n_t = (the same count) + reads_t * N_n,
+  m_t = m^_t + reads_t * M_n,   m^_t = sum_{j <= t, in t's chunk and document} k^_j,
+  n_t = (the count of those j) + reads_t * N_n,
 where M_n, N_n enter chunk n (a scan over the chunks' totals, done by the caller), the read is
   c_t = C_t q_t,   q_clean = q - lam s,   s = c / n - mu (mu . q),   mu = m / n   (mu's term only when centered).
 The covariance's passes give c and m^ (its in-chunk scores pass sums the keys on the same pairs; both in q's
@@ -121,8 +122,9 @@ def _inputs(before, running, after):
 
 
 def clean_query(q, running, cov_q, lam, reads, dd, key_sum_in, count_in, *, chunk, interpret, rows=16):
-    """q_clean [B, Tp, H, K] in q's dtype from q, the keys' running sums m^ (`statistics_keys`; None: not centered),
-    c = C q, lam [B, Tp, H] and the key sums and counts entering each chunk (fp32 [B, N, H, K] and [B, N, H])."""
+    """q_clean [B, Tp, H, K] in q's dtype from q, the keys' running sums inside chunks m^ (in q's dtype, from the
+    covariance's `intra_scores`; None: not centered), c = C q, lam [B, Tp, H] and the key sums and counts entering
+    each chunk (fp32 [B, N, H, K] and [B, N, H])."""
     heads, dk = q.shape[2:]
     rows, grid = _grid(rows, chunk, q.shape)
     centered = running is not None
@@ -144,7 +146,7 @@ def clean_query(q, running, cov_q, lam, reads, dd, key_sum_in, count_in, *, chun
 
 
 def clean_query_grad(dqc, q, running, cov_q, lam, reads, dd, key_sum_in, count_in, *, chunk, interpret, rows=16):
-    """The gradients of `clean_query` (see the module's docstring) given g = dq_clean:
+    """The gradients of `clean_query` (see the module's docstring and its arguments) given g = dq_clean:
     (dq, dc and dm in q's dtype (dm None without centering), dlam fp32 [B, Tp, H], and the gradients of the sums
     and counts entering each chunk, fp32 [B, N, H, K] and [B, N, H], of dm before rounding). Half-precision dq
     and dm (like the covariance's own key gradient): H200, CCQ-GLA at B = 4, T = 4096, 0.189 -> 0.150 ms alone."""

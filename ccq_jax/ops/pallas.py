@@ -18,8 +18,9 @@ chunks, as fla does:
     the per-chunk WY/UT algebra (T, then w and u; its gradient) in Pallas (`pallas_kernels.delta_wy`,
     its XLA twin `_delta_wy`).
   The CCQ read: the chunks' key totals' scan across chunks in XLA (transposed for the backward);
-    the key normalisation with those totals, the running key sums inside chunks, the cleaned query
-    and all their gradients in Pallas (`pallas_kernels.ccq_read`); `ccq_gla` and
+    the key normalisation with those totals, the cleaned query and all their gradients in Pallas
+    (`pallas_kernels.ccq_read`; the running key sums inside chunks come from the covariance's
+    `intra_scores`, which loads the key tiles anyway); `ccq_gla` and
     `ccq_gated_delta_rule` run it and the backbone under one custom VJP.
 GLA forms its gates' in-chunk cumsum G in Pallas (`gated_inputs`, which also applies the gates to q and k
 once for the state passes; the gated delta rule's per-head cumsum is XLA's `_chunk_cumsum`) and keeps G
