@@ -93,12 +93,13 @@ def intra_scores(q, k, g, dd, *, chunk, gate, interpret, key_sums=False):
         rows = pl.ds(t0, chunk)
         i = iota(chunk)
         causal = same_doc_causal(dd_ref, b, rows, chunk)
+        pairs = causal.astype(k.dtype)  # 0/1: the key sums' products are exact in any dtype
 
         def k_step(kt, acc):
             ks = pl.ds(kt * bk, bk)
             qt, kt_ = q_ref[b, rows, h, ks], k_ref[b, rows, h, ks]
-            if key_sums:  # 0/1 pairs: the products are exact in any dtype
-                sums_ref[0][b, rows, h, ks] = dot(causal.astype(kt_.dtype), kt_).astype(kt_.dtype)
+            if key_sums:
+                sums_ref[0][b, rows, h, ks] = dot(pairs, kt_).astype(kt_.dtype)
             if gate != "channel":
                 return acc + dot(qt, kt_, trans_b=True)
             qf, kf, G = qt.astype(f32), kt_.astype(f32), g_ref[b, rows, h, ks]

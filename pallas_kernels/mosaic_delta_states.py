@@ -79,6 +79,17 @@ def _launch(kernel, outs, scratch, *, dv, batch_heads, name):
                         grid_names=("v", "bh"), num_threads=_WARPGROUPS + 1, thread_name="wg", kernel_name=name)
 
 
+def _place(heads):
+    """(this warpgroup's index, the block's batch row and head) inside a `_launch` kernel."""
+    wg, bh = lax.axis_index("wg"), lax.axis_index("bh")
+    return wg, lax.div(bh, heads), lax.rem(bh, heads)
+
+
+def _columns(wg):
+    """The 64 V columns of compute warpgroup `wg` in this block."""
+    return pl.ds(lax.axis_index("v") * _COLUMNS + wg * _SLAB, _SLAB)
+
+
 def _halves(dk):
     """The two row ranges of a `[K, 64]` state slab that a compute warpgroup holds as separate fp32 arrays."""
     return pl.ds(0, dk // 2), pl.ds(dk // 2, dk // 2)
@@ -134,10 +145,8 @@ def state_pass(w, values, k, write, decay, h0, *, chunk, store):
         u_g, k_g, f_g, d_g, h0_g, hs_g, *refs = refs
         vn_g, refs = (refs[0], refs[1:]) if correct else (None, refs)
         ht_g, (s_smem, stage_smem), u_smem, u_ready, h_ready = refs
-        wg = lax.axis_index("wg")
-        bh = lax.axis_index("bh")
-        b, h = lax.div(bh, heads), lax.rem(bh, heads)
-        cols = pl.ds(lax.axis_index("v") * _COLUMNS + wg * _SLAB, _SLAB)
+        wg, b, h = _place(heads)
+        cols = _columns(wg)
         s_ref, stage = s_smem.at[wg], stage_smem.at[wg]
 
         def fetch_values(n):  # into one of the warpgroup's two slots, a chunk ahead
@@ -236,9 +245,7 @@ def state_gradient_pass(q, k, w, do, dv_local, read, write, decay, dfinal, *, ch
 
     def kernel(q_g, k_g, w_g, do_g, dvl_g, r_g, f_g, d_g, df_g, zero_g, dh_g, dvn_g, dh0_g, ring, produced, consumed,
                state_smem, do_smem, dvl_smem, dvn_smem, r_smem, f_smem, do_ready, dvl_ready, h_ready):
-        wg = lax.axis_index("wg")
-        bh = lax.axis_index("bh")
-        b, h = lax.div(bh, heads), lax.rem(bh, heads)
+        wg, b, h = _place(heads)
         chunk_of = lambda i: n_chunks - 1 - i  # the i-th chunk visited
 
         @pl.when(wg == _WARPGROUPS)
@@ -258,7 +265,7 @@ def state_gradient_pass(q, k, w, do, dv_local, read, write, decay, dfinal, *, ch
         @pl.when(wg < _WARPGROUPS)
         def _compute():
             plgpu.set_max_registers(232, action="increase")
-            cols = pl.ds(lax.axis_index("v") * _COLUMNS + wg * _SLAB, _SLAB)
+            cols = _columns(wg)
             s_smem, stage_smem = state_smem
             do_ref, dvl_ref, r_ref, f_ref = do_smem.at[wg], dvl_smem.at[wg], r_smem.at[wg], f_smem.at[wg]
 

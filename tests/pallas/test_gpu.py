@@ -47,23 +47,39 @@ def test_ccq_options(x, name, centered, normalize_keys):
     check_op(name, x, 64, jnp.bfloat16, centered=centered, normalize_keys=normalize_keys)
 
 
+# the Mosaic GPU passes against their Triton twins: the benchmark's heads, 16 chunks of 64
+_B, _T, _H, _DK, _DV, _C = 2, 1024, 6, 256, 512, 64
+
+
+def _normal(key, shape, scale=1.0):
+    return (scale * jax.random.normal(key, shape)).astype(jnp.bfloat16)
+
+
+def _factors(key, shape):
+    """Per-token or per-chunk factors in [0.3, 1)."""
+    return jax.random.uniform(key, shape, minval=0.3, maxval=1.0)
+
+
+def _chunk_decays(key):
+    """[B, N, H] decays, zero every fifth chunk (a document starting)."""
+    return _factors(key, (_B, _T // _C, _H)).at[:, ::5].set(0.0)
+
+
 @pytest.mark.parametrize("corrected", [True, False], ids=["delta_states", "chunk_states"])
 def test_mosaic_state_passes_match_their_triton_twins(corrected):
     """The Mosaic GPU state passes the op runs on a GPU against the Triton kernels they replace, on the benchmark's
     heads (K = 256, V = 512), an initial state and chunks whose decay is zero (a document starting)."""
     keys = jax.random.split(jax.random.key(5), 6)
-    b, t, h, dk, dv, c = 2, 1024, 6, 256, 512, 64
-    normal = lambda key, shape, s=1.0: (s * jax.random.normal(key, shape)).astype(jnp.bfloat16)
-    w, u, k = normal(keys[0], (b, t, h, dk), 0.06), normal(keys[1], (b, t, h, dv)), normal(keys[2], (b, t, h, dk), 0.06)
-    write = jax.random.uniform(keys[3], (b, t, h), minval=0.3, maxval=1.0)
-    decay = jax.random.uniform(keys[4], (b, t // c, h), minval=0.3, maxval=1.0).at[:, ::5].set(0.0)
-    h0 = jax.random.normal(keys[5], (b, h, dk, dv))
-    got = mosaic_delta_states.state_pass(w if corrected else None, u, k, write, decay, h0, chunk=c,
+    keys_shape, values_shape = (_B, _T, _H, _DK), (_B, _T, _H, _DV)
+    w, u, k = _normal(keys[0], keys_shape, 0.06), _normal(keys[1], values_shape), _normal(keys[2], keys_shape, 0.06)
+    write, decay = _factors(keys[3], (_B, _T, _H)), _chunk_decays(keys[4])
+    h0 = jax.random.normal(keys[5], (_B, _H, _DK, _DV))
+    got = mosaic_delta_states.state_pass(w if corrected else None, u, k, write, decay, h0, chunk=_C,
                                          store=jnp.bfloat16)
     if corrected:
-        want = delta_rule.delta_states(w, u, k, write, decay, h0, chunk=c, store=jnp.bfloat16, interpret=False)
+        want = delta_rule.delta_states(w, u, k, write, decay, h0, chunk=_C, store=jnp.bfloat16, interpret=False)
     else:
-        states, final = linear_attention.chunk_states(k, u, None, write, decay, h0, chunk=c, gate=None,
+        states, final = linear_attention.chunk_states(k, u, None, write, decay, h0, chunk=_C, gate=None,
                                                       store=jnp.bfloat16, interpret=False)
         want = (states, None, final)
     for name, g, r in zip(("states", "v_new", "final state"), got, want):
@@ -75,14 +91,12 @@ def test_mosaic_state_passes_match_their_triton_twins(corrected):
 def test_mosaic_state_gradient_pass_matches_its_triton_twin():
     """`delta_dstates` in Mosaic GPU (which the op runs on a GPU) against the Triton kernel, as above."""
     keys = jax.random.split(jax.random.key(6), 9)
-    b, t, h, dk, dv, c = 2, 1024, 6, 256, 512, 64
-    normal = lambda key, shape, s=1.0: (s * jax.random.normal(key, shape)).astype(jnp.bfloat16)
-    q, k, w = (normal(key, (b, t, h, dk), 0.06) for key in keys[:3])
-    do, dv_local = normal(keys[3], (b, t, h, dv)), normal(keys[4], (b, t, h, dv))
-    read, write = (jax.random.uniform(key, (b, t, h), minval=0.3, maxval=1.0) for key in keys[5:7])
-    decay = jax.random.uniform(keys[7], (b, t // c, h), minval=0.3, maxval=1.0).at[:, ::5].set(0.0)
-    dfinal = jax.random.normal(keys[8], (b, h, dk, dv))
-    args, kw = (q, k, w, do, dv_local, read, write, decay, dfinal), dict(chunk=c, scale=dk ** -0.5, store=jnp.bfloat16)
+    q, k, w = (_normal(key, (_B, _T, _H, _DK), 0.06) for key in keys[:3])
+    do, dv_local = (_normal(key, (_B, _T, _H, _DV)) for key in keys[3:5])
+    read, write = (_factors(key, (_B, _T, _H)) for key in keys[5:7])
+    decay, dfinal = _chunk_decays(keys[7]), jax.random.normal(keys[8], (_B, _H, _DK, _DV))
+    args = (q, k, w, do, dv_local, read, write, decay, dfinal)
+    kw = dict(chunk=_C, scale=_DK ** -0.5, store=jnp.bfloat16)
     got = mosaic_delta_states.state_gradient_pass(*args, **kw)
     want = delta_rule.delta_dstates(*args, interpret=False, **kw)
     for name, g, r in zip(("state gradients", "dv_new", "initial state's gradient"), got, want):
