@@ -40,6 +40,12 @@ def test_ccq_options(name, centered, normalize_keys):
     check_op(name, inputs(31, t=70), 64, centered=centered, normalize_keys=normalize_keys)
 
 
+def test_ccq_read_wide_keys():
+    """K = 130 pads to 256: the covariance's kernels loop over 4 x 4 tiles of 64 of its states (K = 12 above pads to
+    one tile)."""
+    check_op("ccq_query", inputs(33, t=40, h=1, dk=130), 16)
+
+
 def test_chunk_size_must_be_a_power_of_two():
     x = inputs(32, t=20)
     with pytest.raises(ValueError, match=r"chunk_size: impl='pallas' needs a power of two >= 16, got 24"):
