@@ -98,27 +98,27 @@ def _pairs(dd_ref, at, rows, chunk, later):
     return order & (dd_ref[at.b, at.tokens][:, None] == dd_ref[at.b, at.chunk_tokens][None, :])
 
 
-def _running(m_ref, r_ref, dd_ref, ms_ref, mc_ref, at, rows, chunk, centered):
-    """(the running key mean [rows, K] fp32 (None unless centered), count [rows], reads [rows]) of the program's
-    tokens."""
+def _running(m_ref, r_ref, dd_ref, ms_ref, mc_ref, at, rows, chunk):
+    """(the running key mean [rows, K] fp32 (None unless centered: m_ref None), count [rows], reads [rows]) of the
+    program's tokens."""
     before = _pairs(dd_ref, at, rows, chunk, later=False)
     reads = r_ref[at.b, at.tokens]
     count = jnp.sum(before.astype(f32), axis=1) + reads * mc_ref[at.b, pl.ds(at.n, 1), at.h]
-    if not centered:
+    if m_ref is None:
         return None, count, reads
     full = pl.ds(0, m_ref.shape[-1])
     m = tile(m_ref, at.b, at.tokens, at.h, full) + reads[:, None] * ms_ref[at.b, pl.ds(at.n, 1), at.h, full]
     return m / count[:, None], count, reads
 
 
-def _with_running(running, refs):
-    """(the running sums' ref or None, the other refs) of a kernel whose inputs hold m^ second when centered."""
-    return (refs[0], refs[1:]) if running is not None else (None, refs)
+def _present(*inputs):
+    """The optional inputs given (not None), in order: a kernel takes only those."""
+    return tuple(x for x in inputs if x is not None)
 
 
-def _inputs(before, running, after):
-    """A kernel's inputs: those `before`, m^ (when centered) and those `after`."""
-    return tuple(before) + ((running,) if running is not None else ()) + tuple(after)
+def _optional(given, refs):
+    """(the next ref, or None where its optional input was not given; the refs after it) inside a kernel."""
+    return (refs[0], refs[1:]) if given is not None else (None, refs)
 
 
 def clean_query(q, running, cov_q, lam, reads, dd, key_sum_in, count_in, *, chunk, interpret, rows=16):
@@ -127,22 +127,21 @@ def clean_query(q, running, cov_q, lam, reads, dd, key_sum_in, count_in, *, chun
     each chunk (fp32 [B, N, H, K] and [B, N, H])."""
     heads, dk = q.shape[2:]
     rows, grid = _grid(rows, chunk, q.shape)
-    centered = running is not None
 
     def kernel(q_ref, *refs):
-        m_ref, (c_ref, lam_ref, r_ref, dd_ref, ms_ref, mc_ref, out_ref) = _with_running(running, refs)
+        m_ref, (c_ref, lam_ref, r_ref, dd_ref, ms_ref, mc_ref, out_ref) = _optional(running, refs)
         at = _place(heads, rows, chunk)
         b, h, tokens = at.b, at.h, at.tokens
-        mu, count, _ = _running(m_ref, r_ref, dd_ref, ms_ref, mc_ref, at, rows, chunk, centered)
+        mu, count, _ = _running(m_ref, r_ref, dd_ref, ms_ref, mc_ref, at, rows, chunk)
         full = pl.ds(0, dk)
         qf = tile(q_ref, b, tokens, h, full)
         s = tile(c_ref, b, tokens, h, full) / count[:, None]
-        if centered:
+        if mu is not None:  # centered
             s -= mu * jnp.sum(mu * qf, axis=1, keepdims=True)
         out_ref[b, tokens, h, full] = (qf - lam_ref[b, tokens, h].astype(f32)[:, None] * s).astype(out_ref.dtype)
 
     return launch(kernel, jax.ShapeDtypeStruct(q.shape, q.dtype), grid, interpret=interpret, name="clean_query")(
-        *_inputs((q,), running, (cov_q, lam, reads, dd, key_sum_in, count_in)))
+        q, *_present(running), cov_q, lam, reads, dd, key_sum_in, count_in)
 
 
 def clean_query_grad(dqc, q, running, cov_q, lam, reads, dd, key_sum_in, count_in, *, chunk, interpret, rows=16):
@@ -156,11 +155,11 @@ def clean_query_grad(dqc, q, running, cov_q, lam, reads, dd, key_sum_in, count_i
 
     def kernel(g_ref, q_ref, *refs):
         m_ref, (c_ref, lam_ref, r_ref, dd_ref, ms_ref, mc_ref, dq_ref, dc_ref, dlam_ref, dmc_ref,
-                *centered_refs) = _with_running(running, refs)
+                *centered_refs) = _optional(running, refs)
         at = _place(heads, rows, chunk)
         b, h, tokens = at.b, at.h, at.tokens
         block_id = pl.ds(pl.program_id(0), 1)
-        mu, count, reads = _running(m_ref, r_ref, dd_ref, ms_ref, mc_ref, at, rows, chunk, centered)
+        mu, count, reads = _running(m_ref, r_ref, dd_ref, ms_ref, mc_ref, at, rows, chunk)
         full = pl.ds(0, dk)
         g = tile(g_ref, b, tokens, h, full)
         lam_t = lam_ref[b, tokens, h].astype(f32)
@@ -187,7 +186,7 @@ def clean_query_grad(dqc, q, running, cov_q, lam, reads, dd, key_sum_in, count_i
     outs += [grad, jax.ShapeDtypeStruct((b_, grid[0], heads, dk), f32)] if centered else []
     dq, dc, dlam, dmc, *centered_outs = launch(kernel, tuple(outs), grid, interpret=interpret,
                                                name="clean_query_grad")(
-        *_inputs((dqc, q), running, (cov_q, lam, reads, dd, key_sum_in, count_in)))
+        dqc, q, *_present(running), cov_q, lam, reads, dd, key_sum_in, count_in)
     per_chunk = lambda x: _per_chunk_sum(x, chunk, rows)
     if not centered:
         return dq, dc, dlam, None, jnp.zeros(key_sum_in.shape, f32), per_chunk(dmc)
@@ -205,8 +204,8 @@ def key_grad(k, dkh, dm, dtotals, writes, dd, *, chunk, eps, interpret, rows=32,
     rows, grid = _grid(rows, chunk, k.shape)
 
     def kernel(k_ref, dkh_ref, w_ref, dd_ref, dt_ref, *rest):
-        dm_ref, rest = (rest[0], rest[1:]) if dm is not None else (None, rest)
-        dkr_ref, (out_ref,) = (rest[0], rest[1:]) if dk_rest is not None else (None, rest)
+        dm_ref, rest = _optional(dm, rest)
+        dkr_ref, (out_ref,) = _optional(dk_rest, rest)
         at = _place(heads, rows, chunk)
         b, h, tokens = at.b, at.h, at.tokens
         full = pl.ds(0, dk)
@@ -222,5 +221,5 @@ def key_grad(k, dkh, dm, dtotals, writes, dd, *, chunk, eps, interpret, rows=32,
             d += tile(dkr_ref, b, tokens, h, full)
         out_ref[b, tokens, h, full] = d.astype(out_ref.dtype)
 
-    args = [k, dkh, writes, dd, dtotals] + ([dm] if dm is not None else []) + ([dk_rest] if dk_rest is not None else [])
-    return launch(kernel, jax.ShapeDtypeStruct(k.shape, k.dtype), grid, interpret=interpret, name="key_grad")(*args)
+    return launch(kernel, jax.ShapeDtypeStruct(k.shape, k.dtype), grid, interpret=interpret, name="key_grad")(
+        k, dkh, writes, dd, dtotals, *_present(dm, dk_rest))

@@ -93,7 +93,7 @@ def intra_scores(q, k, g, dd, *, chunk, gate, interpret, key_sums=False):
         rows = pl.ds(t0, chunk)
         i = iota(chunk)
         causal = same_doc_causal(dd_ref, b, rows, chunk)
-        pairs = causal.astype(k.dtype)  # 0/1: the key sums' products are exact in any dtype
+        pairs = causal.astype(k.dtype) if key_sums else None  # 0/1: the key sums' products are exact in any dtype
 
         def k_step(kt, acc):
             ks = pl.ds(kt * bk, bk)
