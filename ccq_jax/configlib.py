@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import re
 import types
 import typing
 from collections.abc import Iterable, Mapping
@@ -139,6 +140,16 @@ def to_dict(obj: Any) -> dict[str, Any]:
     return out
 
 
+class _Loader(yaml.SafeLoader):
+    """YAML's safe loader that also reads exponent floats without a dot (1e-3, 5E4) as floats, as Python does;
+    plain YAML 1.1 reads them as strings."""
+
+
+_Loader.add_implicit_resolver("tag:yaml.org,2002:float",
+                              re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"),
+                              list("-+0123456789."))
+
+
 def parse_overrides(items: Iterable[str]) -> dict[str, Any]:
     """['a.b=1', 'c=x'] -> {'a.b': 1, 'c': 'x'}; values are read as YAML scalars (numbers, bools, lists)."""
     out = {}
@@ -146,7 +157,7 @@ def parse_overrides(items: Iterable[str]) -> dict[str, Any]:
         key, sep, raw = item.partition("=")
         if not sep or not key.strip():
             raise ValueError(f"--set: expected key=value, got {item!r}")
-        out[key.strip()] = yaml.safe_load(raw) if raw.strip() else ""
+        out[key.strip()] = yaml.load(raw, Loader=_Loader) if raw.strip() else ""
     return out
 
 
@@ -171,7 +182,7 @@ def with_overrides(obj: C, overrides: Mapping[str, Any], *, prefix: str = "") ->
 
 def load_yaml(path) -> dict[str, Any]:
     with open(path) as f:
-        data = yaml.safe_load(f) or {}
+        data = yaml.load(f, Loader=_Loader) or {}
     if not isinstance(data, dict):
         raise ValueError(f"{path}: expected a YAML mapping at the top level, got {type(data).__name__}")
     return data

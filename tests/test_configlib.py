@@ -56,3 +56,13 @@ def test_overrides():
         configlib.with_overrides(Outer(), {"steps.x": 1})
     with pytest.raises(ValueError, match=r"--set: expected key=value, got 'steps'"):
         configlib.parse_overrides(["steps"])
+
+
+def test_exponent_floats_without_a_dot_are_floats(tmp_path):
+    # plain YAML 1.1 reads 1e-3 as a string, so `--set optim.lr=1e-3` (README's own example) was refused
+    values = configlib.parse_overrides(["a=1e-3", "b=-2E+4", "c=.5e1", "d=1.5", "e=7", "f=e5", "g=1e", "h=[3e-1]"])
+    assert values == {"a": 1e-3, "b": -2e4, "c": 5.0, "d": 1.5, "e": 7, "f": "e5", "g": "1e", "h": [0.3]}
+    assert configlib.with_overrides(Outer(), {"inner.lr": values["a"]}).inner.lr == 1e-3
+    path = tmp_path / "run.yaml"
+    path.write_text("inner:\n  lr: 3e-4\n")
+    assert configlib.from_dict(Outer, configlib.load_yaml(path)).inner.lr == 3e-4
