@@ -17,7 +17,7 @@ import time
 
 import jax
 from flax import nnx
-from tqdm import tqdm
+from ccq_jax.progress import progress as progress_bar
 
 from ccq_jax.inference import cache_nbytes, decode, init_cache, prefill
 from ccq_jax.models import CausalLM, get_config
@@ -79,7 +79,7 @@ def main(argv=None):
     records = []
     jobs = [(p, c) for p in args.presets for c in args.contexts]
     models = {p: CausalLM(get_config(p), rngs=nnx.Rngs(0)) for p in args.presets}
-    for preset, context in tqdm(jobs, desc="decode benchmark", unit="run"):
+    for preset, context in progress_bar(jobs, desc="decode benchmark", unit="run"):
         rec = {"preset": preset, **measure(models[preset], context, batch=args.batch, tokens=args.tokens,
                                            repeats=args.repeats)}
         records.append(rec)

@@ -23,7 +23,7 @@ from collections import defaultdict
 import numpy as np
 from lm_eval.api.model import TemplateLM
 from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
-from tqdm.auto import tqdm
+from ccq_jax.progress import progress as progress_bar
 
 from eval.protocols import GenerateFn, LogitsFn, Tokenizer, check_tokenizer, cut_at_eos
 from eval.token_scores import target_logprobs
@@ -72,7 +72,7 @@ class HarnessLM(TemplateLM):
             rows.append((context_enc + continuation_enc)[-(self.max_length + 1) :])
         order = sorted(range(len(rows)), key=lambda i: -len(rows[i]))
         results: list[tuple[float, bool] | None] = [None] * len(rows)
-        for first in tqdm(range(0, len(order), self.batch_size), desc="loglikelihood", disable=disable_tqdm):
+        for first in progress_bar(range(0, len(order), self.batch_size), desc="loglikelihood", disable=disable_tqdm):
             idx = order[first : first + self.batch_size]
             width = _bucket(max(len(rows[i]) - 1 for i in idx), self.max_length)
             inputs = np.zeros((self.batch_size, width), np.int32)
@@ -121,7 +121,7 @@ class HarnessLM(TemplateLM):
             prompts.append(self.tok_encode(context)[-(self.max_length - max_gen) :])
             groups[max_gen].append(k)
         outputs: list[str | None] = [None] * len(requests)
-        bar = tqdm(total=len(requests), desc="generate_until", disable=disable_tqdm)
+        bar = progress_bar(total=len(requests), desc="generate_until", disable=disable_tqdm)
         for max_gen, members in groups.items():
             members.sort(key=lambda k: -len(prompts[k]))
             for first in range(0, len(members), self.batch_size):

@@ -20,7 +20,7 @@ Gated DeltaNet / CCQ papers average.
 from pathlib import Path
 
 import numpy as np
-from tqdm.auto import tqdm
+from ccq_jax.progress import progress as progress_bar
 
 from ccq_jax import checks as check
 from eval.longbench_metrics import (
@@ -155,7 +155,7 @@ def predict_dataset(
     check_tokenizer(tokenizer)
     prompts = [truncate_middle(tokenizer, prompt_format.format(**r), max_length) for r in records]
     out = []
-    for first in tqdm(range(0, len(records), batch_size), desc="longbench generate", disable=not progress):
+    for first in progress_bar(range(0, len(records), batch_size), desc="longbench generate", disable=not progress):
         gens = generate_fn(prompts[first : first + batch_size], max_new_tokens)
         for r, g in zip(records[first : first + batch_size], gens):
             out.append(

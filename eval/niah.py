@@ -34,7 +34,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
-from tqdm.auto import tqdm
+from ccq_jax.progress import progress as progress_bar
 
 from ccq_jax import checks as check
 from eval.builtin_text import ADJECTIVES, ESSAY, NOUNS
@@ -198,7 +198,7 @@ def generate_samples(
     type_v = spec.type_needle_v[:-1]  # the template's singular: one needle, one query
     samples, start = [], {}
     cells = [(length, depth, i) for length in lengths for depth in depths for i in range(num_samples)]
-    for length, depth, index in tqdm(cells, desc=f"{task} samples", disable=not progress):
+    for length, depth, index in progress_bar(cells, desc=f"{task} samples", disable=not progress):
         rng = random.Random(f"{seed}:{task}:{length}:{depth}:{index}")
         key, value = rng.choice(KEYS), _needle_value(spec, rng)
         needle = NEEDLE.format(type_needle_v=spec.type_needle_v, key=key, value=value)  # plural, as RULER
@@ -258,7 +258,7 @@ def run_niah(
     check_tokenizer(tokenizer)
     order = sorted(range(len(samples)), key=lambda i: samples[i].num_tokens)
     records: list[dict | None] = [None] * len(samples)
-    for first in tqdm(range(0, len(order), batch_size), desc="niah generate", disable=not progress):
+    for first in progress_bar(range(0, len(order), batch_size), desc="niah generate", disable=not progress):
         idx = order[first : first + batch_size]
         outs = generate_fn([tokenizer.encode(samples[i].prompt) for i in idx], max_new_tokens)
         for i, out in zip(idx, outs):

@@ -18,7 +18,7 @@ import math
 from dataclasses import asdict, dataclass
 
 import numpy as np
-from tqdm.auto import tqdm
+from ccq_jax.progress import progress as progress_bar
 
 from ccq_jax import checks as check
 from eval.plots import line_plot
@@ -105,7 +105,7 @@ def windowed_perplexity(
     check.integer("batch_size", batch_size, minimum=1)
     windows = rolling_windows(len(tokens), window, stride)
     nll, count = 0.0, 0
-    for group in tqdm(list(_batches(windows, batch_size)), desc="perplexity", disable=not progress):
+    for group in progress_bar(list(_batches(windows, batch_size)), desc="perplexity", disable=not progress):
         inputs = np.zeros((batch_size, window), np.int32)
         targets = np.zeros((batch_size, window), np.int32)
         mask = np.zeros((batch_size, window), bool)
@@ -162,7 +162,7 @@ def streaming_nll(
     n, length = seqs.shape
     nll_sum = np.zeros(length - 1, np.float64)
     num_chunks = -(-(length - 1) // chunk_size)  # chunks of inputs 0..T-2 (the last token is only a target)
-    bar = tqdm(total=-(-n // batch_size) * num_chunks, desc="streaming perplexity", disable=not progress)
+    bar = progress_bar(total=-(-n // batch_size) * num_chunks, desc="streaming perplexity", disable=not progress)
     for first in range(0, n, batch_size):
         rows = seqs[first : first + batch_size]
         padded = np.zeros((batch_size, num_chunks * chunk_size + 1), np.int32)

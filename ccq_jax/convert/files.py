@@ -13,7 +13,7 @@ import ml_dtypes
 import numpy as np
 from safetensors import safe_open
 from safetensors.numpy import save_file
-from tqdm.auto import tqdm
+from ccq_jax.progress import progress as progress_bar
 
 CONFIG = "config.json"
 SAFETENSORS, SAFETENSORS_INDEX = "model.safetensors", "model.safetensors.index.json"
@@ -75,7 +75,8 @@ def read_state_dict(folder, *, progress: bool = False) -> dict[str, np.ndarray]:
                                   (TORCH_BIN_INDEX, TORCH_BIN, _read_torch_bin)):
         if (folder / index).is_file():
             out = {}
-            for shard, names in tqdm(_shards(folder, index).items(), desc="reading shards", disable=not progress):
+            shards = _shards(folder, index).items()
+            for shard, names in progress_bar(shards, desc="reading shards", disable=not progress):
                 out.update(reader(folder / shard, names))
             return out
         if (folder / single).is_file():
@@ -107,7 +108,7 @@ def write_model_folder(folder, config: dict, state_dict: dict[str, np.ndarray], 
     shards = _split(state_dict, max_shard_bytes)
     names = [SAFETENSORS] if len(shards) == 1 else [
         f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors" for i in range(len(shards))]
-    for name, shard in tqdm(list(zip(names, shards)), desc="writing", disable=not progress):
+    for name, shard in progress_bar(list(zip(names, shards)), desc="writing", disable=not progress):
         save_file(shard, folder / name, metadata={"format": "pt"})
     if len(shards) > 1:
         index = {"metadata": {"total_size": sum(a.nbytes for a in state_dict.values())},

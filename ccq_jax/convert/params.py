@@ -19,7 +19,7 @@ from typing import NamedTuple
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
-from tqdm.auto import tqdm
+from ccq_jax.progress import progress as progress_bar
 
 from ccq_jax.layers.conv import ShortConvolution
 from ccq_jax.models import CausalLM, ModelConfig, abstract_model
@@ -74,7 +74,7 @@ def to_state_dict(model: CausalLM, *, rules=fla_rules, progress: bool = False) -
     (default: fla's state_dict)."""
     state = dict(nnx.to_flat_state(nnx.state(model, nnx.Param)))
     return {name: layout.to_stored(np.asarray(state[path][...]))
-            for path, (name, layout) in tqdm(rules(model).items(), desc="converting", disable=not progress)}
+            for path, (name, layout) in progress_bar(rules(model).items(), desc="converting", disable=not progress)}
 
 
 def _names(names, limit=8):
@@ -108,7 +108,7 @@ def from_state_dict(config: ModelConfig, state_dict: Mapping[str, np.ndarray], *
     if wrong:
         raise ValueError(f"state_dict: shapes do not match the config: {_names(wrong)}")
     values = {}
-    for path, (name, layout) in tqdm(rules.items(), desc="converting", disable=not progress):
+    for path, (name, layout) in progress_bar(rules.items(), desc="converting", disable=not progress):
         stored = np.asarray(state_dict[name])
         values[path] = jnp.asarray(layout.from_stored(stored).astype(expected[path].dtype, copy=False))
     nnx.update(model, nnx.from_flat_state(values))

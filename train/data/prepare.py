@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 import grain
-from tqdm import tqdm
+from ccq_jax.progress import progress as progress_bar
 
 from train.data.config import BYTE_TOKENIZER, DataConfig
 from train.data.shards import MANIFEST, ShardWriter
@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     read = grain.ReadOptions(num_threads=args.threads, prefetch_buffer_size=16 * args.threads)
     tokenised = documents.map(tokenizer.encode).to_iter_dataset(read)
-    for tokens in tqdm(tokenised, total=len(documents), desc="tokenising", unit="doc", file=sys.stderr):
+    for tokens in progress_bar(tokenised, total=len(documents), desc="tokenising", unit="doc"):
         writer.write(tokens)
     source = {key: value for key, value in config.to_dict().items() if key in SOURCE_FIELDS}
     manifest = writer.close(source)
