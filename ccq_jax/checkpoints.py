@@ -1,6 +1,7 @@
 """A model and its tokenizer from a training checkpoint (parameters only), a preset (random init) or an fla folder.
 
     bundle = load_checkpoint("runs/demo")               # a ccq-train workdir, its checkpoints/ or one step's folder
+    model, step_dir, train_cfg = load_checkpoint_model("runs/demo/gla-tiny-seed0")  # parameters only, no tokenizer
     bundle = random_model("ccq-gla-tiny", seed=0)       # random initialisation, for smoke tests
     bundle = load_fla("path/to/fla-model")              # needs ccq_jax.convert (fla conversion)
     bundle.model, bundle.tokenizer, bundle.info         # CausalLM, ccq_jax.tokenizers tokenizer, a JSON-able dict
@@ -100,12 +101,9 @@ def _tokenizer_from_data(data: dict, tokenizer: str | None) -> Tokenizer:
                           eos_token=data.get("eos_token"))
 
 
-def load_checkpoint(path, *, step: int | None = None, tokenizer: str | None = None,
-                    overrides: dict | None = None) -> ModelBundle:
-    """The model of a ccq-train checkpoint (parameters only) and the tokenizer its data config names.
-
-    tokenizer: "byte" or a tokenizer.json path instead of the stored one (e.g. after moving files).
-    """
+def load_checkpoint_model(path, *, step: int | None = None, overrides: dict | None = None):
+    """(model, step folder, stored TrainConfig dict) of a ccq-train checkpoint: the parameters alone, no tokenizer
+    (a run on synthetic data, MQAR say, has none that fits its vocabulary)."""
     step_dir = checkpoint_step_dir(path, step)
     train_cfg = read_train_config(step_dir)
     overrides = {**train_cfg.get("model_overrides", {}), **(overrides or {})}
@@ -126,12 +124,21 @@ def load_checkpoint(path, *, step: int | None = None, tokenizer: str | None = No
     with _quiet_orbax():
         restored = ocp.PyTreeCheckpointer().restore(step_dir / "state", args=ocp.args.PyTreeRestore(
             item=target, restore_args=ocp.checkpoint_utils.construct_restore_args(target), partial_restore=True))
-    model = nnx.merge(graphdef, restored["params"], others)
+    return nnx.merge(graphdef, restored["params"], others), step_dir, train_cfg
+
+
+def load_checkpoint(path, *, step: int | None = None, tokenizer: str | None = None,
+                    overrides: dict | None = None) -> ModelBundle:
+    """The model of a ccq-train checkpoint (parameters only) and the tokenizer its data config names.
+
+    tokenizer: "byte" or a tokenizer.json path instead of the stored one (e.g. after moving files).
+    """
+    model, step_dir, train_cfg = load_checkpoint_model(path, step=step, overrides=overrides)
     data = train_cfg.get("data", {})
     tok = _tokenizer_from_data(data, tokenizer)
     _check_vocab(model, tok, f" (the run trained on {data.get('source')!r} data)")
     info = {"source": "checkpoint", "path": str(step_dir), "step": int(step_dir.name), "preset": train_cfg["model"],
-            "run": train_cfg.get("name"), "config": config.to_dict(), "tokenizer": tok.spec}
+            "run": train_cfg.get("name"), "config": model.config.to_dict(), "tokenizer": tok.spec}
     return ModelBundle(model, tok, info)
 
 

@@ -16,6 +16,7 @@ import orbax.checkpoint as ocp
 from tqdm import tqdm
 
 from ccq_jax.models import count_params, get_config
+from ccq_jax.progress import progress as progress_bar
 from train.checkpoint import Checkpointer
 from train.config import TrainConfig
 from train.data import build_pipeline
@@ -128,7 +129,7 @@ def _train(cfg: TrainConfig, workdir: pathlib.Path, progress: bool, preempted: _
     flops_per_token = 6 * n_params
     peak = _peak_flops(cfg) * jax.device_count()
     tokens_per_step = cfg.data.batch_size * cfg.data.seq_len
-    bar = tqdm(total=cfg.steps, initial=start, desc=cfg.name, disable=not progress or not main_process)
+    bar = progress_bar(total=cfg.steps, initial=start, desc=cfg.name, disable=not progress or not main_process)
     last_time, last_step, metrics = time.perf_counter(), start, {}
     unchecked = []  # (step, metrics) whose `finite` flag the host has not read yet
 
@@ -160,7 +161,7 @@ def _train(cfg: TrainConfig, workdir: pathlib.Path, progress: bool, preempted: _
             if m["recall_scored"]:
                 row["recall"] = m["recall_correct"] / m["recall_scored"]
             writer.write(done, row)
-            bar.set_postfix(loss=f"{row['loss']:.3f}", tok_s=f"{tokens_per_s:,.0f}")
+            bar.set_postfix(loss=f"{row['loss']:.3f}", tok_s=f"{tokens_per_s:,.0f}", refresh=False)
             last_time, last_step = now, done
         bar.update(1)
         if preempted.flag:
@@ -176,7 +177,7 @@ def _train(cfg: TrainConfig, workdir: pathlib.Path, progress: bool, preempted: _
     ckpt.close()
     it.close()
     writer.close()
-    summary = {"name": cfg.name, "model": cfg.model, "params": n_params, "steps": int(state.step),
+    summary = {"name": cfg.name, "model": cfg.model, "seed": cfg.seed, "params": n_params, "steps": int(state.step),
                "preempted": preempted.flag, **({"final_loss": float(metrics["loss"])} if metrics else {})}
     if int(state.step) == cfg.steps:
         summary.update(evaluate(eval_step, state.params, cfg, mesh))
