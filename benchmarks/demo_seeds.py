@@ -128,7 +128,7 @@ def main(argv=None):
             print(f"seed {results[-1]['seed']}: " + ", ".join(
                 f"{run['name']} {run['eval_recall']:.1%}" for run in results[-1]["runs"])
                 + f" ({results[-1]['seconds']:.0f} s)", flush=True)
-    command = " ".join(["python", "benchmarks/demo_seeds.py", *sys.argv[1:]]) if argv is None else None
+    command = " ".join(["python", "benchmarks/demo_seeds.py", *(sys.argv[1:] if argv is None else argv)])
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"config": a.config, "overrides": a.overrides, "seeds": seeds, "level": a.level,
                                "command": command, "seconds": time.perf_counter() - start,

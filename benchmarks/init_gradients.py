@@ -69,14 +69,15 @@ def main(argv=None):
     results = {run.name: {s: group_norms(run, s) for s in seeds} for run in runs}
     names = [name for name, _ in GROUPS]
     print(f"gradient norm at initialisation, mean over seeds {a.seeds} ({' '.join(a.overrides) or 'no overrides'})")
-    print("| run | " + " | ".join(names) + " |\n|---" * 1 + "|---" * len(names) + "|")
+    print("| run | " + " | ".join(names) + " |")
+    print("|---" * (len(names) + 1) + "|")
     for run, by_seed in results.items():
         means = [sum(v[n] for v in by_seed.values()) / len(by_seed) for n in names]
         print(f"| {run} | " + " | ".join(f"{m:.2e}" for m in means) + " |")
     if a.out:
         pathlib.Path(a.out).write_text(json.dumps({"config": a.config, "overrides": a.overrides, "seeds": seeds,
                                                    "command": " ".join(["python", "benchmarks/init_gradients.py",
-                                                                        *(argv or sys.argv[1:])]),
+                                                                        *(sys.argv[1:] if argv is None else argv)]),
                                                    "norms": results}, indent=1))
 
 

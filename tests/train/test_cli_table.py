@@ -28,6 +28,19 @@ def test_cli_rejects_an_unknown_run_name():
     assert out.returncode == 2 and "--only: expected names of this config's runs" in out.stderr
 
 
+def test_only_keeps_a_runs_folder_of_its_own_and_the_closing_table(tmp_path):
+    # benchmarks/demo_seeds.py reads <workdir>/<run>/metrics.jsonl also when --only picks a single run
+    args = ["--config", "mqar-tiny", "--only", "gdn-tiny", "--workdir", str(tmp_path), "--no-progress"]
+    for item in ("steps=2", "log_every=1", "eval_batches=1", "model.num_hidden_layers=1"):
+        args += ["--set", item]
+    out = subprocess.run([sys.executable, "-m", "train", *args], cwd=ROOT, capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": ROOT, "JAX_PLATFORMS": "cpu",
+                              "JAX_DISABLE_MOST_OPTIMIZATIONS": "true"})
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert (tmp_path / "gdn-tiny" / "metrics.jsonl").is_file() and (tmp_path / "summary.json").is_file()
+    assert out.stdout.splitlines()[-3].split()[0] == "gdn-tiny"  # the table's one row
+
+
 def test_compare_and_table():
     summaries = [{"name": "a", "model": "gla-tiny", "eval_recall": 0.50},
                  {"name": "b", "model": "ccq-gla-tiny", "eval_recall": 0.625},
