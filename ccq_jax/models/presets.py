@@ -1,10 +1,14 @@
-"""Named model presets: `{transformer,gla,gdn,ccq-gla,ccq-gdn}-{tiny,340m,1.3b}` and `get_config`.
+"""Named model presets: `{transformer,gla,gdn,ccq-gla,ccq-gdn}-{tiny,100m,340m,1.3b}` and `get_config`.
 
 1.3b = fla's default configs (GLA 24 x 2048, 4 heads; Gated DeltaNet 21 x 2048, 6 heads of
 256; Transformer 24 x 2048, 32 heads). 340m: GLA and Transformer follow fla's
 `legacy/training/configs/{gla,transformer}_340M.json` (1024 wide, 24 layers, tied
 embeddings); Gated DeltaNet keeps fla's 6 * D^2 mixer budget at D = 1024 (6 heads of 128,
-21 layers, tied). tiny: 64 wide, 2 layers, vocabulary 256, for tests and CPU demos.
+21 layers, tied). 100m: 768 wide, tied, for small-scale studies (about 100M parameters at a
+32K vocabulary): GLA 12 layers of 3 heads (K = 128, V = 256 per head, as in fla's larger
+configs), Gated DeltaNet 11 layers of 4 heads of 128 (its mixer is 5.3 D^2 to GLA's 4 D^2),
+Transformer 12 layers of 12 heads. tiny: 64 wide, 2 layers, vocabulary 256, for tests and CPU
+demos.
 `ccq-*` adds the CCQ read with the default `CCQConfig` (learned gate).
 """
 
@@ -17,16 +21,19 @@ TINY = dict(vocab_size=256, hidden_size=64, num_hidden_layers=2)
 _BACKBONES = {
     "transformer": (TransformerConfig, {
         "tiny": dict(TINY, num_heads=4),
+        "100m": dict(hidden_size=768, num_hidden_layers=12, num_heads=12, tie_word_embeddings=True),
         "340m": dict(hidden_size=1024, num_heads=16, tie_word_embeddings=True),
         "1.3b": {},
     }),
     "gla": (GLAConfig, {
         "tiny": dict(TINY, num_heads=4),
+        "100m": dict(hidden_size=768, num_hidden_layers=12, num_heads=3, tie_word_embeddings=True),
         "340m": dict(hidden_size=1024, tie_word_embeddings=True),
         "1.3b": {},
     }),
     "gdn": (GatedDeltaNetConfig, {
         "tiny": dict(TINY, num_heads=2, head_dim=16),
+        "100m": dict(hidden_size=768, num_hidden_layers=11, num_heads=4, head_dim=128, tie_word_embeddings=True),
         "340m": dict(hidden_size=1024, num_heads=6, head_dim=128, tie_word_embeddings=True),
         "1.3b": {},
     }),

@@ -11,7 +11,7 @@ from ccq_jax.models.__main__ import main
 
 
 def test_preset_names():
-    sizes = ("tiny", "340m", "1.3b")
+    sizes = ("tiny", "100m", "340m", "1.3b")
     expected = {f"{f}-{s}" for f in ("transformer", "gla", "gdn", "ccq-gla", "ccq-gdn") for s in sizes}
     assert set(PRESETS) == expected
     assert all(get_config(name).ccq is not None for name in PRESETS if name.startswith("ccq-"))

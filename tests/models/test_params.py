@@ -42,10 +42,10 @@ def _expected(c):
 
 
 @pytest.mark.parametrize("name", ["transformer-tiny", "gla-tiny", "ccq-gla-tiny", "gdn-tiny", "ccq-gdn-tiny",
-                                  "gla-340m", "ccq-gdn-340m"])
+                                  "gla-340m", "ccq-gdn-340m", "ccq-gla-100m", "gdn-100m"])
 def test_parameter_counts_follow_the_layer_definitions(name):
     cfg = get_config(name)
-    assert cfg.mlp_width == {64: 256, 1024: 2816}[cfg.hidden_size]  # fla's GatedMLP rule
+    assert cfg.mlp_width == {64: 256, 768: 2048, 1024: 2816}[cfg.hidden_size]  # fla's GatedMLP rule
     assert count_params(cfg) == _expected(cfg)
 
 
