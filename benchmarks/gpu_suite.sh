@@ -11,13 +11,17 @@
 #            about 4.5 minutes, mostly compiling: 2 min 40 s the initialisation, 1 min the step; TRAIN_ARGS, e.g.
 #            "--loss-chunk-len 1024", goes to train_throughput.py); then fla's anchor models()
 #            (../shared/anchors/fla_baseline.py, copied to .whl/) on GPU 0, each model's result printed as it lands
+#   loop     GPU 0 (one GPU is enough): benchmarks/train_loop.py before (the checkout in $OLD_TREE, default
+#            .device/old: `git archive COMMIT ccq_jax pallas_kernels train eval | tar x -C .device/old`) and after
+#            (this tree): the 2.6M MQAR run, then ~100M GLA on packed text (byte-level shards of the docs; the
+#            model keeps its 32K vocabulary); then the other 100M families after only (LOOP_MODELS)
 #
 # fla's Triton autotuning results are cached in $TRITON_CACHE_DIR (default /tmp/tcache), seeded from
 # .whl/tcache.tgz when that exists and written to OUTDIR/tcache.tgz: copy it to .whl/ to skip minutes of
 # autotuning on the next machine (only the *.autotune.json files, a few hundred KB).
 set -u
-STAGE=${1:?usage: gpu_suite.sh check|kernels|train OUTDIR}
-OUT=${2:?usage: gpu_suite.sh check|kernels|train OUTDIR}
+STAGE=${1:?usage: gpu_suite.sh check|kernels|train|loop OUTDIR}
+OUT=${2:?usage: gpu_suite.sh check|kernels|train|loop OUTDIR}
 mkdir -p "$OUT"
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
 export PYTHONPATH=$PWD:/tmp/site PYTHONUNBUFFERED=1 TRITON_CACHE_AUTOTUNING=1
@@ -57,6 +61,22 @@ while t.is_alive() or shown != set(r):
         shown.add(key)
         print(json.dumps({key: r[key]}), flush=True)
 " 2>&1 | tee "$OUT/fla_models.log" ) ;;
-*) echo "unknown stage $STAGE (check, kernels, train)"; exit 2 ;;
+loop)
+  old=${OLD_TREE:-.device/old} shards=/tmp/loop-shards
+  python3 -m train.data.prepare --source text --paths 'docs/*.md' '*.md' 'ccq_jax/**/*.py' 'train/**/*.py' \
+    'eval/**/*.py' --tokenizer byte --output $shards > "$OUT/prepare.log" 2>&1 || { cat "$OUT/prepare.log"; exit 1; }
+  m100=(--set model.hidden_size=768 --set model.num_hidden_layers=12 --set model.num_heads=3 --set "data.paths=[$shards]")
+  for who in before after; do
+    tree=$PWD steps=4000; [ $who = before ] && tree=$old steps=400
+    PYTHONPATH=$tree:/tmp/site on 0 python3 benchmarks/train_loop.py --case mqar-2.6m --label $who --set steps=$steps \
+      --out "$OUT/loop.jsonl" 2>&1 | tail -1
+    PYTHONPATH=$tree:/tmp/site on 0 python3 benchmarks/train_loop.py --case text-100m --label $who --set model=gla-340m \
+      "${m100[@]}" --probe 5 --out "$OUT/loop.jsonl" 2>&1 | tail -1
+  done
+  for model in ${LOOP_MODELS:-}; do
+    on 0 python3 benchmarks/train_loop.py --case text-100m --label after --set model=$model \
+      --set "data.paths=[$shards]" --probe 0 --out "$OUT/loop.jsonl" 2>&1 | tail -1
+  done ;;
+*) echo "unknown stage $STAGE (check, kernels, train, loop)"; exit 2 ;;
 esac
 (cd "$TRITON_CACHE_DIR" && find . -name "*.autotune.json" -print0 | tar czf "$OUT/tcache.tgz" --null -T -)

@@ -39,7 +39,8 @@ def group_norms(run, seed: int) -> dict[str, float]:
     from train.step import lm_loss, split_model
 
     pipeline = build_pipeline(run.data)
-    batch = host_batch_to_global(next(iter(pipeline.dataset)), make_mesh(run.mesh))
+    batch = (pipeline.synthetic.batch(jnp.int32(0)) if pipeline.synthetic is not None
+             else host_batch_to_global(next(iter(pipeline.dataset)), make_mesh(run.mesh)))
     graphdef, params, others = split_model(CausalLM(model_config(run, pipeline.vocab_size), rngs=nnx.Rngs(seed)))
 
     def mean_loss(p):

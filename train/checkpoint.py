@@ -1,7 +1,7 @@
 """Checkpoints through orbax's CheckpointManager: async, atomic (orbax writes to a temporary
 directory and renames), keep-N. One checkpoint holds the train state (parameters, optimizer
-state, step), the data iterator's state, and the resolved config, so a restart resumes the
-exact run.
+state, step), the data iterator's state (host data; batches made on the device depend on the
+step alone and have none), and the resolved config, so a restart resumes the exact run.
 """
 
 import pathlib
@@ -23,24 +23,21 @@ class Checkpointer:
         return self.manager.latest_step()
 
     def save(self, step: int, state, data_iterator, config: dict, *, force: bool = False) -> bool:
-        """Save `state`, the grain iterator's position (one file per process) and the config."""
+        """Save `state`, the grain iterator's position (one file per process; None: no iterator) and the config."""
+        data = {} if data_iterator is None else {"data": grain.checkpoint.CheckpointSave(data_iterator)}
         return self.manager.save(
             step,
-            args=ocp.args.Composite(state=ocp.args.StandardSave(state),
-                                    data=grain.checkpoint.CheckpointSave(data_iterator),
-                                    config=ocp.args.JsonSave(config)),
+            args=ocp.args.Composite(state=ocp.args.StandardSave(state), config=ocp.args.JsonSave(config), **data),
             force=force,
         )
 
     def restore(self, step: int, abstract_state, data_iterator):
-        """The state of `step`, with `data_iterator` moved to where it was (the saved config is read by
-        `ccq_jax.checkpoints`). `abstract_state` gives the shapes, dtypes and shardings to restore into.
+        """The state of `step`, with `data_iterator` (None: no iterator) moved to where it was (the saved config is
+        read by `ccq_jax.checkpoints`). `abstract_state` gives the shapes, dtypes and shardings to restore into.
         """
+        data = {} if data_iterator is None else {"data": grain.checkpoint.CheckpointRestore(data_iterator)}
         out = self.manager.restore(
-            step,
-            args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract_state),
-                                    data=grain.checkpoint.CheckpointRestore(data_iterator)),
-        )
+            step, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract_state), **data))
         return out.state
 
     def close(self):

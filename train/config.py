@@ -28,6 +28,7 @@ class TrainConfig:
     grad_accum: int = 1  # microbatches per step (the global batch is split into this many)
     seed: int = 0
     log_every: int = 10
+    steps_per_call: int = 10  # train steps per device program (one host round trip each); see train.step
     eval_batches: int = 4  # held-out batches scored at the end (recall accuracy for synthetic tasks)
     checkpoint_every: int = 500  # 0: only at the end
     keep_checkpoints: int = 3
@@ -38,7 +39,7 @@ class TrainConfig:
 
     def __post_init__(self):
         configlib.check_field_types(self)
-        for name in ("steps", "grad_accum", "log_every"):
+        for name in ("steps", "grad_accum", "log_every", "steps_per_call"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}: expected >= 1, got {getattr(self, name)}")
         for name in ("eval_batches", "checkpoint_every", "keep_checkpoints", "loss_chunk_len"):

@@ -2,8 +2,14 @@
 
 `train(cfg, workdir)` runs one TrainConfig to completion (or until SIGTERM, after which it
 saves and returns) and returns a summary dict. Resuming from `workdir` continues the exact
-run: the train state, the data iterator's position and the step come back from the latest
-checkpoint, so the losses match an uninterrupted run.
+run: the train state, the data iterator's position (host data) and the step come back from the
+latest checkpoint, so the losses match an uninterrupted run.
+
+Steps run `steps_per_call` at a time in one device program (`train.step.compile_train_calls`);
+a call ends early at a checkpoint and at the last step, SIGTERM is looked at between calls,
+and every step's metrics come back, so logging and the non-finite checks stay per step.
+Synthetic tasks make their batches on the device; host batches of a call are stacked and sent
+while the call before runs.
 """
 
 import dataclasses
@@ -12,6 +18,7 @@ import signal
 import time
 
 import jax
+import numpy as np
 import orbax.checkpoint as ocp
 from tqdm import tqdm
 
@@ -22,8 +29,9 @@ from train.config import TrainConfig
 from train.data import build_pipeline
 from train.metrics import MetricsWriter, plot_curves, read_metrics
 from train.optim import learning_rate, make_optimizer
-from train.sharding import host_batch_to_global, initialize_distributed, make_mesh
-from train.step import compile_steps, init_state, make_eval_step, make_train_step
+from train.sharding import host_batch_to_global, initialize_distributed, make_mesh, replicated
+from train.step import (compile_steps, compile_synthetic_eval, compile_train_calls, init_state, make_eval_step,
+                        make_train_step)
 
 PEAK_TFLOPS = {"H200": 989.0, "H100": 989.0, "A100": 312.0}  # dense bf16, per device
 
@@ -77,17 +85,31 @@ def model_config(cfg: TrainConfig, vocab_size: int):
     return get_config(cfg.model, **overrides)
 
 
-def evaluate(eval_step, params, cfg: TrainConfig, mesh) -> dict:
-    """Loss and recall accuracy on `eval_batches` held-out batches (the data config with another seed)."""
-    held_out = dataclasses.replace(cfg.data, seed=cfg.data.seed + 1_000_003, prefetch_batches=0)
-    it = iter(build_pipeline(held_out).dataset)
+def _held_out(cfg: TrainConfig):
+    """The data config of the held-out batches: the training data's with another seed."""
+    return dataclasses.replace(cfg.data, seed=cfg.data.seed + 1_000_003, prefetch_batches=0)
+
+
+def _eval_totals(eval_step, state, cfg: TrainConfig, mesh) -> dict:
+    """Summed loss, tokens and recall counts of `eval_batches` held-out batches."""
+    held_out = build_pipeline(_held_out(cfg))
+    if held_out.synthetic is not None:
+        sums = compile_synthetic_eval(eval_step, state, mesh, held_out.synthetic.batch, cfg.eval_batches)
+        return {k: float(v) for k, v in jax.device_get(sums(state.params)).items()}
+    it = iter(held_out.dataset)
     totals = {}
     for _ in range(cfg.eval_batches):
-        out = jax.device_get(eval_step(params, host_batch_to_global(next(it), mesh)))
+        out = jax.device_get(eval_step(state.params, host_batch_to_global(next(it), mesh)))
         totals = {k: totals.get(k, 0.0) + float(v) for k, v in out.items()}
     it.close()
-    if not totals:
+    return totals
+
+
+def evaluate(eval_step, state, cfg: TrainConfig, mesh) -> dict:
+    """Loss and recall accuracy on `eval_batches` held-out batches (the data config with another seed)."""
+    if not cfg.eval_batches:
         return {}
+    totals = _eval_totals(eval_step, state, cfg, mesh)
     result = {"eval_loss": totals["loss_sum"] / max(totals["tokens"], 1.0)}
     if totals["recall_scored"]:
         result["eval_recall"] = totals["recall_correct"] / totals["recall_scored"]
@@ -101,19 +123,91 @@ def train(cfg: TrainConfig, workdir, *, progress: bool = True) -> dict:
         return _train(cfg, pathlib.Path(workdir), progress, preempted)
 
 
+class _Reporter:
+    """Turns the stacked metrics of finished calls into log rows, progress and non-finite checks.
+
+    A call's metrics are read once the next call is queued, so the device never waits for the host.
+    """
+
+    def __init__(self, cfg: TrainConfig, writer: MetricsWriter, bar, ckpt: Checkpointer, n_params: int, start: int):
+        self.cfg, self.writer, self.bar, self.ckpt = cfg, writer, bar, ckpt
+        self.lr = learning_rate(cfg.optim, cfg.steps)
+        self.flops_per_token = 6 * n_params
+        self.peak = _peak_flops(cfg) * jax.device_count()
+        self.tokens_per_step = cfg.data.batch_size * cfg.data.seq_len
+        self.last_time, self.last_step = time.perf_counter(), start
+        self.pending = None  # (first step, number of steps, stacked metrics) of the call in flight
+        self.final = {}
+
+    def queue(self, first: int, n: int, metrics):
+        """Record a dispatched call; report the one before it."""
+        self.flush()
+        self.pending = (first, n, metrics)
+
+    def flush(self):
+        """Report the call in flight (a wait for the device): log rows, progress, on_nan."""
+        if self.pending is None:
+            return
+        first, n, metrics = self.pending
+        self.pending = None
+        m = jax.device_get(metrics)
+        now = time.perf_counter()
+        tokens_per_s = self.tokens_per_step * (first + n - self.last_step) / (now - self.last_time)
+        self.last_time, self.last_step = now, first + n
+        for i in range(n):
+            step, done = first + i, first + i + 1
+            if not m["finite"][i]:
+                message = f"step {step}: loss or gradient norm is not finite (loss={float(m['loss'][i])})"
+                if self.cfg.on_nan == "stop":
+                    self.ckpt.close()
+                    raise NonFiniteLoss(message + "; stopping (set on_nan=skip to skip such steps)")
+                tqdm.write(message + "; step skipped")
+            if done % self.cfg.log_every == 0 or done == self.cfg.steps:
+                row = {"loss": m["loss"][i], "grad_norm": m["grad_norm"][i], "lr": float(self.lr(step)),
+                       "tokens_per_s": tokens_per_s, "peak_memory_gib": _peak_memory_gib()}
+                if self.peak:
+                    row["mfu"] = self.flops_per_token * tokens_per_s / self.peak
+                if m["recall_scored"][i]:
+                    row["recall"] = m["recall_correct"][i] / m["recall_scored"][i]
+                self.writer.write(done, row)
+                self.bar.set_postfix(loss=f"{row['loss']:.3f}", tok_s=f"{tokens_per_s:,.0f}", refresh=False)
+        self.final = {"final_loss": float(m["loss"][n - 1])}
+        self.bar.update(n)
+
+
+def _call_length(cfg: TrainConfig, step: int) -> int:
+    """Steps of the call starting at `step`: up to steps_per_call, ending at the next checkpoint or the last step."""
+    end = cfg.steps
+    if cfg.checkpoint_every:
+        end = min(end, (step // cfg.checkpoint_every + 1) * cfg.checkpoint_every)
+    return min(cfg.steps_per_call, end - step)
+
+
+def _host_batches(it, n: int, steps_per_call: int, mesh) -> dict:
+    """The next n host batches stacked [steps_per_call, ...] (zeros after the n-th) as global arrays."""
+    rows = [next(it) for _ in range(n)]
+    stacked = {k: np.zeros((steps_per_call, *v.shape), v.dtype) for k, v in rows[0].items()}
+    for i, row in enumerate(rows):
+        for k, v in row.items():
+            stacked[k][i] = v
+    return host_batch_to_global(stacked, mesh, stacked=True)
+
+
 def _train(cfg: TrainConfig, workdir: pathlib.Path, progress: bool, preempted: _Preempted) -> dict:
     mesh = make_mesh(cfg.mesh)
     pipeline = build_pipeline(cfg.data)
     mcfg = model_config(cfg, pipeline.vocab_size)
     optimizer = make_optimizer(cfg.optim, cfg.steps)
     graphdef, others, state = init_state(mcfg, optimizer, mesh, cfg.seed)
-    train_step, eval_step = compile_steps(
-        make_train_step(graphdef, others, optimizer, grad_accum=cfg.grad_accum, skip_nonfinite=cfg.on_nan == "skip",
-                        loss_chunk_len=cfg.loss_chunk_len),
-        make_eval_step(graphdef, others, cfg.loss_chunk_len), state, mesh)
+    step_fn = make_train_step(graphdef, others, optimizer, grad_accum=cfg.grad_accum,
+                              skip_nonfinite=cfg.on_nan == "skip", loss_chunk_len=cfg.loss_chunk_len)
+    _, eval_step = compile_steps(step_fn, make_eval_step(graphdef, others, cfg.loss_chunk_len), state, mesh)
+    synthetic = pipeline.synthetic
+    run_call = compile_train_calls(step_fn, state, mesh, cfg.steps_per_call,
+                                   synthetic.batch if synthetic is not None else None)
     n_params = count_params(mcfg)
 
-    it = iter(pipeline.dataset)
+    it = iter(pipeline.dataset) if synthetic is None else None
     ckpt = Checkpointer(workdir / "checkpoints", max_to_keep=cfg.keep_checkpoints, async_save=cfg.async_checkpoint)
     if ckpt.latest_step() is not None:
         abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, state)
@@ -125,62 +219,36 @@ def _train(cfg: TrainConfig, workdir: pathlib.Path, progress: bool, preempted: _
               f"mesh {dict(mesh.shape)}", flush=True)
 
     writer = MetricsWriter(workdir, enabled=main_process)
-    lr = learning_rate(cfg.optim, cfg.steps)
-    flops_per_token = 6 * n_params
-    peak = _peak_flops(cfg) * jax.device_count()
-    tokens_per_step = cfg.data.batch_size * cfg.data.seq_len
     bar = progress_bar(total=cfg.steps, initial=start, desc=cfg.name, disable=not progress or not main_process)
-    last_time, last_step, metrics = time.perf_counter(), start, {}
-    unchecked = []  # (step, metrics) whose `finite` flag the host has not read yet
-
-    def check_finite():
-        """Reads the flags of the queued steps (a wait for the device), stopping or reporting as on_nan says."""
-        for step, m in unchecked:
-            if not bool(m["finite"]):
-                message = f"step {step}: loss or gradient norm is not finite (loss={float(m['loss'])})"
-                if cfg.on_nan == "stop":
-                    ckpt.close()
-                    raise NonFiniteLoss(message + "; stopping (set on_nan=skip to skip such steps)")
-                tqdm.write(message + "; step skipped")
-        unchecked.clear()
-
-    for step in range(start, cfg.steps):
-        state, metrics = train_step(state, host_batch_to_global(next(it), mesh))
-        # a step's flag is read once the next step is queued, so the device never waits for the host
-        check_finite()
-        unchecked.append((step, metrics))
-        done = step + 1
-        if done % cfg.log_every == 0 or done == cfg.steps:
-            m = jax.device_get(metrics)
-            now = time.perf_counter()
-            tokens_per_s = tokens_per_step * (done - last_step) / (now - last_time)
-            row = {"loss": m["loss"], "grad_norm": m["grad_norm"], "lr": float(lr(step)),
-                   "tokens_per_s": tokens_per_s, "peak_memory_gib": _peak_memory_gib()}
-            if peak:
-                row["mfu"] = flops_per_token * tokens_per_s / peak
-            if m["recall_scored"]:
-                row["recall"] = m["recall_correct"] / m["recall_scored"]
-            writer.write(done, row)
-            bar.set_postfix(loss=f"{row['loss']:.3f}", tok_s=f"{tokens_per_s:,.0f}", refresh=False)
-            last_time, last_step = now, done
-        bar.update(1)
+    report = _Reporter(cfg, writer, bar, ckpt, n_params, start)
+    step = start
+    while step < cfg.steps:
+        n = _call_length(cfg, step)
+        n_device = jax.device_put(np.int32(n), replicated(mesh))
+        if synthetic is not None:
+            state, metrics = run_call(state, n_device)
+        else:
+            state, metrics = run_call(state, n_device, _host_batches(it, n, cfg.steps_per_call, mesh))
+        report.queue(step, n, metrics)
+        step += n
         if preempted.flag:
-            check_finite()
-            ckpt.save(done, state, it, cfg.to_dict(), force=True)
-            tqdm.write(f"SIGTERM: saved step {done} to {ckpt.directory}; stopping")
+            report.flush()
+            ckpt.save(step, state, it, cfg.to_dict(), force=True)
+            tqdm.write(f"SIGTERM: saved step {step} to {ckpt.directory}; stopping")
             break
-        if done == cfg.steps or (cfg.checkpoint_every and done % cfg.checkpoint_every == 0):
-            check_finite()  # never save a state that on_nan="stop" would have refused
-            ckpt.save(done, state, it, cfg.to_dict(), force=done == cfg.steps)
-    check_finite()
+        if step == cfg.steps or (cfg.checkpoint_every and step % cfg.checkpoint_every == 0):
+            report.flush()  # never save a state that on_nan="stop" would have refused
+            ckpt.save(step, state, it, cfg.to_dict(), force=step == cfg.steps)
+    report.flush()
     bar.close()
     ckpt.close()
-    it.close()
+    if it is not None:
+        it.close()
     writer.close()
     summary = {"name": cfg.name, "model": cfg.model, "seed": cfg.seed, "params": n_params, "steps": int(state.step),
-               "preempted": preempted.flag, **({"final_loss": float(metrics["loss"])} if metrics else {})}
+               "preempted": preempted.flag, **report.final}
     if int(state.step) == cfg.steps:
-        summary.update(evaluate(eval_step, state.params, cfg, mesh))
+        summary.update(evaluate(eval_step, state, cfg, mesh))
         if main_process:
             plot_curves({cfg.name: read_metrics(writer.path)}, workdir / "loss.png", title=f"{cfg.name}: training loss")
     return summary

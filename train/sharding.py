@@ -96,16 +96,16 @@ def state_shardings(abstract_state, mesh, rules=RULES):
                         is_leaf=is_spec)
 
 
-def batch_sharding(mesh) -> NamedSharding:
-    """[B, T] batches split over data and fsdp."""
-    return NamedSharding(mesh, PartitionSpec(BATCH_AXES))
+def batch_sharding(mesh, *, stacked: bool = False) -> NamedSharding:
+    """[B, T] batches split over data and fsdp; with `stacked`, [S, B, T] stacks of S such batches."""
+    return NamedSharding(mesh, PartitionSpec(None, BATCH_AXES) if stacked else PartitionSpec(BATCH_AXES))
 
 
 def replicated(mesh) -> NamedSharding:
     return NamedSharding(mesh, PartitionSpec())
 
 
-def host_batch_to_global(batch: dict, mesh) -> dict:
-    """Assemble each host's slice of the batch into global arrays sharded over the batch axes."""
-    sharding = batch_sharding(mesh)
+def host_batch_to_global(batch: dict, mesh, *, stacked: bool = False) -> dict:
+    """Assemble each host's slice of the batch (of a stack of batches) into global arrays sharded over the batch axes."""
+    sharding = batch_sharding(mesh, stacked=stacked)
     return {k: jax.make_array_from_process_local_data(sharding, np.asarray(v)) for k, v in batch.items()}

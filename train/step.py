@@ -2,7 +2,10 @@
 
 The state is a pytree `TrainState(params, opt_state, step)`; the model's graph definition
 stays static. `compile_steps` jits the step with `in_shardings`/`out_shardings` taken from
-the state itself and donates the old state. Gradient accumulation scans over microbatches;
+the state itself and donates the old state. `compile_train_calls` runs up to `steps_per_call`
+steps in one device program (a loop on the device: one dispatch and one host round trip per
+call, which is what keeps a small model's GPU busy), with each step's batch either made on the
+device from the step number (synthetic tasks) or taken from a stack of host batches. Gradient accumulation scans over microbatches;
 the loss is the mean next-token NLL over `loss_mask` (targets never cross documents, so
 packed batches are handled by the data and the model's `segment_ids`), optionally formed a
 slice of positions at a time (`loss_chunk_len`, `train.loss`).
@@ -99,6 +102,65 @@ def make_eval_step(graphdef, others, loss_chunk_len: int = 0):
         return {"loss_sum": loss_sum, "tokens": tokens, "recall_correct": correct, "recall_scored": scored}
 
     return evaluate
+
+
+def _calls(train_step, steps_per_call: int, batch_of):
+    """(state, n, batches) -> (state, metrics of each step stacked [steps_per_call]): the first n steps of a call.
+
+    `batch_of(state, i, batches)` gives step i's batch; rows of `metrics` from n on are zeros.
+    """
+
+    def call(state, n, batches):
+        shapes = jax.eval_shape(train_step, state, batch_of(state, 0, batches))[1]
+        rows = jax.tree.map(lambda m: jnp.zeros((steps_per_call, *m.shape), m.dtype), shapes)
+
+        def one(i, carry):
+            state, rows = carry
+            state, metrics = train_step(state, batch_of(state, i, batches))
+            return state, jax.tree.map(lambda r, m: r.at[i].set(m), rows, metrics)
+
+        return jax.lax.fori_loop(0, n, one, (state, rows))
+
+    return call
+
+
+def compile_train_calls(train_step, state: TrainState, mesh, steps_per_call: int, make_batch=None):
+    """jit a call of up to `steps_per_call` train steps (its state donated), compiled once for any n <= steps_per_call.
+
+    With `make_batch` (step -> global batch, jittable: `train.data.synthetic`) the call is
+    `call(state, n)` and makes its batches on the device; without, it is `call(state, n, batches)`
+    with host batches stacked on a leading axis of length steps_per_call (the first n are used).
+    Returns metrics of every step stacked [steps_per_call] (replicated).
+    """
+    state_sh = jax.tree.map(lambda x: x.sharding, state)
+    batch_sh = batch_sharding(mesh)
+    n_sh = replicated(mesh)
+    if make_batch is not None:
+        batch_of = lambda s, i, _: jax.lax.with_sharding_constraint(make_batch(s.step), batch_sh)
+        call = _calls(train_step, steps_per_call, batch_of)
+        return jax.jit(lambda state, n: call(state, n, None), in_shardings=(state_sh, n_sh),
+                       out_shardings=(state_sh, replicated(mesh)), donate_argnums=0)
+    stacked_sh = batch_sharding(mesh, stacked=True)
+    batch_of = lambda s, i, batches: jax.tree.map(lambda x: x[i], batches)
+    return jax.jit(_calls(train_step, steps_per_call, batch_of), in_shardings=(state_sh, n_sh, stacked_sh),
+                   out_shardings=(state_sh, replicated(mesh)), donate_argnums=0)
+
+
+def compile_synthetic_eval(eval_step, state: TrainState, mesh, make_batch, num_batches: int):
+    """jit the sums of `eval_step` over the batches make_batch(0) ... make_batch(num_batches - 1), made on the device."""
+    batch_sh = batch_sharding(mesh)
+
+    def evaluate(params):
+        def one(i, totals):
+            out = eval_step(params, jax.lax.with_sharding_constraint(make_batch(i), batch_sh))
+            return jax.tree.map(jnp.add, totals, out)
+
+        zeros = jax.tree.map(lambda m: jnp.zeros(m.shape, m.dtype),
+                             jax.eval_shape(eval_step, params, make_batch(jnp.int32(0))))
+        return jax.lax.fori_loop(0, num_batches, one, zeros)
+
+    state_sh = jax.tree.map(lambda x: x.sharding, state)
+    return jax.jit(evaluate, in_shardings=(state_sh.params,), out_shardings=replicated(mesh))
 
 
 def compile_steps(train_step, eval_step, state: TrainState, mesh):

@@ -1,7 +1,8 @@
 """The jitted train step on its own: it keeps the state's dtypes (bf16 parameters, fla's recipe, get bf16 gradients
 and optimizer moments, so the step neither recompiles at its second call nor promotes the optimizer state to fp32),
 with skip_nonfinite a non-finite step leaves the state as it was but for the step count, and a loss formed a slice
-of positions at a time (loss_chunk_len) takes the same step as the whole."""
+of positions at a time (loss_chunk_len) takes the same step as the whole, and a call of several steps in one device
+program (compile_train_calls) takes the steps one call each would, with host or device-made batches."""
 
 import jax
 import jax.numpy as jnp
@@ -11,18 +12,25 @@ import pytest
 from ccq_jax.models import get_config
 from train.optim import OptimConfig, make_optimizer
 from train.sharding import MeshConfig, make_mesh
-from train.step import compile_steps, init_state, make_eval_step, make_train_step
+from train.data import DataConfig
+from train.data.synthetic import SyntheticBatches
+from train.step import compile_steps, compile_train_calls, init_state, make_eval_step, make_train_step
 
 
-def _step_and_state(param_dtype, grad_accum=1, skip_nonfinite=False, loss_chunk_len=0, dtype="bfloat16"):
+def _raw_step_and_state(param_dtype, grad_accum=1, skip_nonfinite=False, loss_chunk_len=0, dtype="bfloat16"):
     cfg = get_config("gla-tiny", num_hidden_layers=1, hidden_size=32, vocab_size=64, dtype=dtype,
                      param_dtype=param_dtype)
     mesh = make_mesh(MeshConfig())
     optimizer = make_optimizer(OptimConfig(lr=1e-3, warmup_steps=0), 4)
     graphdef, others, state = init_state(cfg, optimizer, mesh, seed=0)
-    train_step, _ = compile_steps(make_train_step(graphdef, others, optimizer, grad_accum=grad_accum,
-                                                  skip_nonfinite=skip_nonfinite, loss_chunk_len=loss_chunk_len),
-                                  make_eval_step(graphdef, others, loss_chunk_len), state, mesh)
+    step = make_train_step(graphdef, others, optimizer, grad_accum=grad_accum, skip_nonfinite=skip_nonfinite,
+                           loss_chunk_len=loss_chunk_len)
+    return step, make_eval_step(graphdef, others, loss_chunk_len), state, mesh
+
+
+def _step_and_state(*args, **kwargs):
+    step, eval_step, state, mesh = _raw_step_and_state(*args, **kwargs)
+    train_step, _ = compile_steps(step, eval_step, state, mesh)
     return train_step, state
 
 
@@ -65,3 +73,34 @@ def test_sliced_loss_takes_the_same_step():
     np.testing.assert_allclose(float(m_sliced["grad_norm"]), float(m_whole["grad_norm"]), rtol=1e-5)
     for a, b in zip(jax.tree.leaves(sliced.params), jax.tree.leaves(whole.params)):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-7)
+
+
+def _close(a, b):
+    for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
+        np.testing.assert_allclose(np.asarray(x, np.float32), np.asarray(y, np.float32), rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("synthetic", [False, True])
+def test_a_call_of_several_steps_takes_the_same_steps(synthetic):
+    step, eval_step, state, mesh = _raw_step_and_state("float32", dtype="float32")
+    one, _ = compile_steps(step, eval_step, state, mesh)
+    data = DataConfig.from_dict({"source": "mqar", "seq_len": 16, "batch_size": 2,
+                                 "mqar": {"vocab_size": 64, "num_kv_pairs": 2}})
+    make = SyntheticBatches(data).batch
+    batches = [jax.tree.map(np.asarray, make(jnp.int32(i))) for i in range(3)]
+    calls = compile_train_calls(step, state, mesh, 4, make if synthetic else None)
+    copy = jax.tree.map(jnp.copy, state)
+    expected = []
+    for batch in batches:
+        state, metrics = one(state, batch)
+        expected.append(metrics)
+    stacked = {k: np.stack([b[k] for b in batches] + [np.zeros_like(batches[0][k])]) for k in batches[0]}
+    args = () if synthetic else (stacked,)
+    after, metrics = calls(copy, np.int32(3), *args)  # 3 of up to 4 steps
+    assert int(after.step) == 3 and calls._cache_size() == 1
+    _close(after.params, state.params)
+    for key in ("loss", "grad_norm", "recall_correct"):
+        np.testing.assert_allclose(metrics[key][:3], [float(m[key]) for m in expected], rtol=1e-6)
+        assert metrics[key][3] == 0  # the step that did not run
+    again, _ = calls(after, np.int32(1), *args)  # another length, the same program
+    assert int(again.step) == 4 and calls._cache_size() == 1

@@ -68,20 +68,42 @@ def test_sharded_mesh_with_accumulation_and_a_sliced_loss_matches_one_device(run
 
 def test_sigterm_saves_and_resume_continues_the_exact_run(runs, tmp_path):
     workdir = tmp_path / "interrupted"
-    proc = _start(workdir, steps=8, checkpoint_every=100)
-    banner = proc.stdout.readline()  # printed once the state is built, before the first step compiles
+    # calls of 2 steps where the reference ran 2 per checkpoint: SIGTERM lands in the first call, which finishes
+    proc = _start(workdir, steps=8, checkpoint_every=100, steps_per_call=2)
+    banner = proc.stdout.readline()  # printed once the state is built, before the first call compiles
     assert "step 0 of 8" in banner, banner
-    proc.send_signal(signal.SIGTERM)  # lands during the first step: it finishes, saves, and stops
+    proc.send_signal(signal.SIGTERM)
     out = _finish(proc)
     first = _losses(workdir)
-    assert "SIGTERM: saved step 1 " in out and sorted(first) == [1], out[-2000:]
+    assert "SIGTERM: saved step 2 " in out and sorted(first) == [1, 2], out[-2000:]
     # the same seed gives the same run: the steps before the interruption equal the reference
     assert all(first[s] == runs["single"][s] for s in first)
 
-    _finish(_start(workdir, steps=8, checkpoint_every=100))
+    _finish(_start(workdir, steps=8, checkpoint_every=100, steps_per_call=3))
     resumed = _losses(workdir)
     assert sorted(resumed) == list(range(1, 9))
     np.testing.assert_array_equal([resumed[s] for s in range(1, 9)], [runs["single"][s] for s in range(1, 9)])
+
+
+def test_host_batches_resume_the_exact_run(tmp_path):
+    """Text on grain (the data iterator's position is checkpointed), several steps per call: an interrupted and
+    resumed run equals an uninterrupted one with another call length."""
+    corpus = tmp_path / "corpus.jsonl"
+    words = "the quick brown fox jumps over a lazy dog while seven wizards quietly hex".split()
+    rng = np.random.default_rng(0)
+    corpus.write_text("".join(json.dumps({"text": " ".join(rng.choice(words, rng.integers(5, 40)))}) + "\n"
+                              for _ in range(64)))
+    data = {"source": "jsonl", "paths": [str(corpus)], "seq_len": 32, "batch_size": 4, "prefetch_batches": 2}
+    reference = _start(tmp_path / "reference", data=data, steps=6, checkpoint_every=0, steps_per_call=4)
+    proc = _start(tmp_path / "interrupted", data=data, steps=6, checkpoint_every=100, steps_per_call=2)
+    assert "step 0 of 6" in proc.stdout.readline()
+    proc.send_signal(signal.SIGTERM)
+    assert "SIGTERM: saved step 2 " in _finish(proc)
+    _finish(reference)
+    _finish(_start(tmp_path / "interrupted", data=data, steps=6, checkpoint_every=100, steps_per_call=2))
+    expected, resumed = _losses(tmp_path / "reference"), _losses(tmp_path / "interrupted")
+    assert sorted(expected) == list(range(1, 7)) == sorted(resumed)
+    np.testing.assert_array_equal([resumed[s] for s in expected], list(expected.values()))
 
 
 def _free_port():

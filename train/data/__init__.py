@@ -1,9 +1,11 @@
 """Input pipeline on grain: sources, tokenizers (`ccq_jax.tokenizers`), packing, synthetic recall tasks, resumable batches.
 
     from train.data import DataConfig, build_pipeline
-    pipeline = build_pipeline(DataConfig(source="mqar", seq_len=128, batch_size=32))
+    pipeline = build_pipeline(DataConfig(source="text", paths=("docs/",), seq_len=128, batch_size=32))
     it = iter(pipeline.dataset)   # grain DatasetIterator: next(it), it.get_state(), it.set_state(s)
     batch = next(it)              # int32 [B_local, T]: input_ids, targets, segment_ids, positions, loss_mask
+    mqar = build_pipeline(DataConfig(source="mqar", seq_len=128, batch_size=32)).synthetic
+    batch = mqar.batch(step)      # the same keys, [B, T], made on the device (jittable) from the step
 
 Modules: config (DataConfig + task configs, built with `ccq_jax.configlib`), sources (text/jsonl/parquet/HF, read by `ccq_jax.documents`),
 shards (ArrayRecord format), synthetic (MQAR, needle), packing, pipeline, recall (accuracy),

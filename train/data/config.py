@@ -14,7 +14,9 @@ Source kinds:
   `Dataset.save_to_disk`, or data files) or a hub name already in the local cache;
   `hf_config` and `hf_split` pick the subset and split.
 - "array_record": shards written by `ccq-prepare-data` (`paths`: their directories).
-- "mqar", "needle": seeded synthetic recall tasks (see `MQARConfig`, `NeedleConfig`).
+- "mqar", "needle": seeded synthetic recall tasks (see `MQARConfig`, `NeedleConfig`), made on
+  the device from (seed, step); `shuffle`, `read_threads` and `prefetch_batches` do not apply
+  and `num_epochs` must stay None.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from ccq_jax.tokenizers import BYTE_TOKENIZER
 
 SOURCES = ("text", "jsonl", "parquet", "hf", "array_record", "mqar", "needle")
 FILE_SOURCES = ("text", "jsonl", "parquet", "array_record")
+SYNTHETIC_SOURCES = ("mqar", "needle")  # generated on the device (synthetic.py)
 TEXT_SPLITS = ("file", "blank_line")
 
 
@@ -46,7 +49,8 @@ class MQARConfig:
     (1.0 = uniform; small = queries close to the start of the region). The target at a query
     position is the key's value and only those positions are scored. Other query-region
     tokens are 0, or uniform random ids when `random_non_queries`. Needs
-    seq_len >= 4 * num_kv_pairs. `num_examples` is the size of one epoch.
+    seq_len >= 4 * num_kv_pairs. `num_examples` is the size of the pool of examples that
+    the rows of every batch are drawn from (uniformly, with replacement; see synthetic.py).
     """
 
     vocab_size: int = 8192
@@ -171,6 +175,11 @@ class DataConfig:
         )
         _require(self.read_threads >= 1, f"read_threads: must be >= 1, got {self.read_threads}")
         _require(self.prefetch_batches >= 0, f"prefetch_batches: must be >= 0, got {self.prefetch_batches}")
+        _require(
+            self.num_epochs is None or self.source not in SYNTHETIC_SOURCES,
+            f"num_epochs: synthetic batches never end (rows are drawn from a pool of "
+            f"{self.source}.num_examples); leave it None, got {self.num_epochs}",
+        )
         if self.source == "mqar":
             self.mqar.check_seq_len(self.seq_len)
         if self.source == "needle":

@@ -1,6 +1,7 @@
-"""`build_pipeline(config)`: a `DataConfig` -> deterministic, per-host, resumable batches on grain.
+"""`build_pipeline(config)`: a `DataConfig` -> deterministic, per-host, resumable batches.
 
-The chain (grain): source -> this host's shard (`[process_index::process_count]`, by
+Synthetic tasks ("mqar", "needle") are generated on the device (`synthetic.SyntheticBatches`:
+a jittable function of the step, no iterator); every other source runs on grain. The chain (grain): source -> this host's shard (`[process_index::process_count]`, by
 document) -> shuffle (global permutation, re-seeded every epoch) -> repeat -> tokenize
 (threads, order kept) -> `document_example` -> pack to `seq_len` -> batch -> prefetch.
 
@@ -19,22 +20,25 @@ import functools
 
 import grain
 
-from train.data.config import DataConfig
+from train.data.config import SYNTHETIC_SOURCES, DataConfig
 from train.data.packing import PackIterDataset, document_example, stack_rows
 from train.data.shards import TokenShards
 from train.data.sources import text_source
-from train.data.synthetic import MQARSource, NeedleSource
+from train.data.synthetic import SyntheticBatches
 from ccq_jax.tokenizers import Tokenizer, load_tokenizer, same_tokenizer
 
 
 @dataclasses.dataclass(frozen=True)
 class DataPipeline:
-    """What the trainer needs: the batch dataset, the vocabulary the model must cover, the local batch.
+    """What the trainer needs: the batches, the vocabulary the model must cover, the local batch.
 
-    `tokenizer` is None for synthetic tasks (their ids are the task's own vocabulary).
+    Exactly one of `dataset` (host batches on grain) and `synthetic` (global batches made on the
+    device from the step) is set. `tokenizer` is None for synthetic tasks (their ids are the
+    task's own vocabulary).
     """
 
-    dataset: grain.IterDataset
+    dataset: grain.IterDataset | None
+    synthetic: SyntheticBatches | None
     vocab_size: int
     local_batch_size: int
     seq_len: int
@@ -54,19 +58,8 @@ def _host(process_index: int | None, process_count: int | None) -> tuple[int, in
     return process_index, process_count
 
 
-_SYNTHETIC = {"mqar": MQARSource, "needle": NeedleSource}
-
-
-def _task(config: DataConfig):
-    """The task config (MQARConfig / NeedleConfig) of a synthetic source."""
-    return getattr(config, config.source)
-
-
-def _examples(config: DataConfig, tokenizer: Tokenizer | None) -> grain.MapDataset:
-    """The source as a MapDataset (before sharding): synthetic examples, token arrays or texts."""
-    if config.source in _SYNTHETIC:
-        source = _SYNTHETIC[config.source](_task(config), seq_len=config.seq_len, seed=config.seed)
-        return grain.MapDataset.source(source)
+def _examples(config: DataConfig, tokenizer: Tokenizer) -> grain.MapDataset:
+    """The source as a MapDataset (before sharding): token arrays or texts."""
     if config.source == "array_record":
         shards = TokenShards(config.paths)
         if shards.tokenizer_spec is not None and not same_tokenizer(shards.tokenizer_spec, tokenizer.spec):
@@ -88,33 +81,27 @@ def build_pipeline(
             f"batch_size: the global batch {config.batch_size} must be divisible by process_count={process_count}"
         )
     local_batch = config.batch_size // process_count
-    synthetic = config.source in _SYNTHETIC
-    tokenizer = None if synthetic else load_tokenizer(config.tokenizer, bos_token=config.bos_token, eos_token=config.eos_token)
+    host = dict(local_batch_size=local_batch, seq_len=config.seq_len, process_index=process_index,
+                process_count=process_count)
+    if config.source in SYNTHETIC_SOURCES:
+        synthetic = SyntheticBatches(config)
+        return DataPipeline(dataset=None, synthetic=synthetic, vocab_size=synthetic.vocab_size, tokenizer=None, **host)
+    tokenizer = load_tokenizer(config.tokenizer, bos_token=config.bos_token, eos_token=config.eos_token)
 
     ds = _examples(config, tokenizer)
     if len(ds) < process_count:
-        field = f"{config.source}.num_examples" if synthetic else "paths"
-        raise ValueError(f"{field}: the source has {len(ds)} documents, fewer than process_count={process_count}")
+        raise ValueError(f"paths: the source has {len(ds)} documents, fewer than process_count={process_count}")
     ds = ds[process_index::process_count]
     if config.shuffle:
         ds = ds.shuffle(seed=config.seed)
     ds = ds.repeat(config.num_epochs)
-    if not synthetic:
-        if config.source != "array_record":
-            ds = ds.map(tokenizer.encode)
-        ds = ds.map(functools.partial(document_example, bos_id=tokenizer.bos_id, eos_id=tokenizer.eos_id))
-    pad_id = 0 if synthetic else tokenizer.pad_id
+    if config.source != "array_record":
+        ds = ds.map(tokenizer.encode)
+    ds = ds.map(functools.partial(document_example, bos_id=tokenizer.bos_id, eos_id=tokenizer.eos_id))
     read = grain.ReadOptions(num_threads=config.read_threads, prefetch_buffer_size=8 * config.read_threads)
-    rows = PackIterDataset(ds.to_iter_dataset(read), seq_len=config.seq_len, pad_id=pad_id)
-    batches = rows.batch(local_batch, batch_fn=functools.partial(stack_rows, batch_size=local_batch, pad_id=pad_id))
+    rows = PackIterDataset(ds.to_iter_dataset(read), seq_len=config.seq_len, pad_id=tokenizer.pad_id)
+    batches = rows.batch(local_batch,
+                         batch_fn=functools.partial(stack_rows, batch_size=local_batch, pad_id=tokenizer.pad_id))
     if config.prefetch_batches:
         batches = grain.experimental.ThreadPrefetchIterDataset(batches, prefetch_buffer_size=config.prefetch_batches)
-    return DataPipeline(
-        dataset=batches,
-        vocab_size=_task(config).vocab_size if synthetic else tokenizer.vocab_size,
-        local_batch_size=local_batch,
-        seq_len=config.seq_len,
-        tokenizer=tokenizer,
-        process_index=process_index,
-        process_count=process_count,
-    )
+    return DataPipeline(dataset=batches, synthetic=None, vocab_size=tokenizer.vocab_size, tokenizer=tokenizer, **host)

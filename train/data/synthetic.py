@@ -1,84 +1,117 @@
-"""Seeded synthetic recall tasks: MQAR (Zoology) and needle retrieval, as random-access sources.
+"""Seeded synthetic recall tasks, MQAR (Zoology) and needle retrieval, generated on the device.
 
-Example i is generated from `np.random.default_rng((seed, i))` alone, so any example can be
-produced in any order, on any host, and is the same every time. Each example is a dict of
-int32 [seq_len] arrays `inputs`, `targets`, `loss_mask` (the packing format, one full row):
-`loss_mask` marks the positions whose target is a recalled value, elsewhere the target is
-the next input token (0 after the last one) and is not scored. Recall accuracy is the
-accuracy of the argmax prediction on the scored positions (`recall.py`).
+`SyntheticBatches(config)` turns a `DataConfig` whose source is "mqar" or "needle" into a
+pure function `batch(step) -> dict of int32 [batch_size, seq_len]` that runs inside the
+jitted train step: no host work, no transfer, and under a mesh each device makes only its
+own rows. Row r of step s is example `index = uniform(seed, s)[r]` of a pool of
+`num_examples`, and example i is generated from `fold_in(key(seed), i)` alone, so a batch
+depends on (seed, step) only: resuming at step s gives the very batches of an uninterrupted
+run, on any mesh, with no iterator state.
+
+Each row is one example in the packing format: `input_ids`, `targets` (the next input token,
+0 after the last one, and the recalled value at scored positions), `loss_mask` (1 where a
+recalled value is the target), `segment_ids` (1) and `positions` (0..T-1). Recall accuracy is
+the accuracy of the argmax prediction on the scored positions (`recall.py`).
 """
 
 from __future__ import annotations
 
+import functools
+
+import jax
+import jax.numpy as jnp
 import numpy as np
 
-from train.data.config import MQARConfig, NeedleConfig
+from train.data.config import SYNTHETIC_SOURCES, DataConfig, MQARConfig, NeedleConfig
 
 
-def _example(tokens: np.ndarray, last_target: int, scored: np.ndarray) -> dict[str, np.ndarray]:
-    """inputs = tokens, targets = tokens shifted left with `last_target` at the end, loss_mask = scored."""
-    targets = np.append(tokens[1:], last_target).astype(np.int32)
-    return {"inputs": tokens.astype(np.int32), "targets": targets, "loss_mask": scored.astype(np.int32)}
+def _rows(tokens: jax.Array, last_target: jax.Array, scored: jax.Array) -> dict[str, jax.Array]:
+    """One row: inputs = tokens, targets = tokens shifted left with `last_target` at the end, loss_mask = scored."""
+    targets = jnp.append(tokens[1:], last_target)
+    seq_len = tokens.shape[0]
+    return {"input_ids": tokens, "targets": targets, "loss_mask": scored.astype(jnp.int32),
+            "segment_ids": jnp.ones(seq_len, jnp.int32), "positions": jnp.arange(seq_len, dtype=jnp.int32)}
 
 
-class MQARSource:
+def mqar_example(config: MQARConfig, seq_len: int, key: jax.Array) -> dict[str, jax.Array]:
     """Multi-query associative recall, following Zoology's `multiquery_ar` (see `MQARConfig`).
 
     Layout for T = seq_len, P = num_kv_pairs: positions [0, 2P) hold k_1 v_1 ... k_P v_P;
     in the query region [2P, T) key k_j reappears at 2P + 2 g_j, with distinct gaps g_j drawn
-    from the power law p(g) ~ (g + 1)^(power_a - 1) over [0, (T - 2P) // 2); its target is v_j.
+    from the power law p(g) ~ (g + 1)^(power_a - 1) over [0, (T - 2P) // 2) (without
+    replacement, by Gumbel top-k); its target is v_j.
     """
-
-    def __init__(self, config: MQARConfig, *, seq_len: int, seed: int):
-        config.check_seq_len(seq_len)
-        self.config, self.seq_len, self.seed = config, seq_len, seed
-        space = (seq_len - 2 * config.num_kv_pairs) // 2
-        p = config.power_a * np.arange(1, space + 1, dtype=np.float64) ** (config.power_a - 1)
-        self._gap_p = p / p.sum()
-
-    def __len__(self) -> int:
-        return self.config.num_examples
-
-    def __getitem__(self, index: int) -> dict[str, np.ndarray]:
-        c, rng = self.config, np.random.default_rng((self.seed, int(index)))
-        half, pairs = c.vocab_size // 2, c.num_kv_pairs
-        keys = rng.choice(half - 1, size=pairs, replace=False) + 1
-        values = rng.choice(c.vocab_size - half, size=pairs, replace=False) + half
-        gaps = rng.choice(len(self._gap_p), size=pairs, replace=False, p=self._gap_p)
-        tokens = np.zeros(self.seq_len, np.int64)
-        tokens[0 : 2 * pairs : 2] = keys
-        tokens[1 : 2 * pairs : 2] = values
-        queries = 2 * pairs + 2 * gaps
-        tokens[queries] = keys
-        if c.random_non_queries:
-            fill = rng.integers(0, c.vocab_size, size=self.seq_len)
-            tokens = np.where(tokens == 0, fill, tokens)
-        example = _example(tokens, 0, np.zeros(self.seq_len))
-        example["targets"][queries] = values
-        example["loss_mask"][queries] = 1
-        return example
+    config.check_seq_len(seq_len)
+    half, pairs = config.vocab_size // 2, config.num_kv_pairs
+    space = (seq_len - 2 * pairs) // 2
+    gap_p = config.power_a * np.arange(1, space + 1, dtype=np.float64) ** (config.power_a - 1)
+    k_keys, k_values, k_gaps, k_fill = jax.random.split(key, 4)
+    keys = jax.random.choice(k_keys, half - 1, (pairs,), replace=False) + 1
+    values = jax.random.choice(k_values, config.vocab_size - half, (pairs,), replace=False) + half
+    gaps = jax.random.choice(k_gaps, space, (pairs,), replace=False, p=jnp.asarray(gap_p / gap_p.sum(), jnp.float32))
+    queries = 2 * pairs + 2 * gaps
+    tokens = jnp.zeros(seq_len, jnp.int32).at[0:2 * pairs:2].set(keys).at[1:2 * pairs:2].set(values)
+    tokens = tokens.at[queries].set(keys)
+    if config.random_non_queries:
+        fill = jax.random.randint(k_fill, (seq_len,), 0, config.vocab_size, jnp.int32)
+        tokens = jnp.where(tokens == 0, fill, tokens)
+    row = _rows(tokens, jnp.int32(0), jnp.zeros(seq_len, bool).at[queries].set(True))
+    row["targets"] = row["targets"].at[queries].set(values)
+    return row
 
 
-class NeedleSource:
-    """One key-value needle in uniform filler, queried at the end (see `NeedleConfig`)."""
+def needle_example(config: NeedleConfig, seq_len: int, key: jax.Array) -> dict[str, jax.Array]:
+    """One key-value needle in uniform filler, queried at the end (see `NeedleConfig`).
 
-    def __init__(self, config: NeedleConfig, *, seq_len: int, seed: int):
-        config.check_seq_len(seq_len)
-        self.config, self.seq_len, self.seed = config, seq_len, seed
+    `filler[:cut] | NEEDLE key value | filler[cut:] | QUERY key value[:-1]`, with the cut at
+    `round(depth * len(filler))` (depth uniform in [0, 1) per example when `depth` is None).
+    """
+    config.check_seq_len(seq_len)
+    n_key, n_value = config.key_len, config.value_len
+    n_filler = seq_len - 2 * (n_key + n_value) - 1
+    k_key, k_value, k_filler, k_depth = jax.random.split(key, 4)
+    content = lambda k, n: jax.random.randint(k, (n,), config.FIRST_CONTENT_ID, config.vocab_size, jnp.int32)
+    needle_key, value, filler = content(k_key, n_key), content(k_value, n_value), content(k_filler, n_filler)
+    depth = jax.random.uniform(k_depth) if config.depth is None else jnp.float32(config.depth)
+    cut = jnp.round(depth * n_filler).astype(jnp.int32)
+    # the sequence without its filler, then the filler spliced in at `cut`
+    marks = jnp.concatenate([jnp.array([config.NEEDLE_ID], jnp.int32), needle_key, value,
+                             jnp.array([config.QUERY_ID], jnp.int32), needle_key, value[:-1]])
+    t = jnp.arange(seq_len)
+    needle_len = 1 + n_key + n_value
+    in_needle = (t >= cut) & (t < cut + needle_len)
+    after = t >= n_filler + needle_len  # the query and its answer
+    filler_index = jnp.clip(jnp.where(t < cut, t, t - needle_len), 0, n_filler - 1)
+    mark_index = jnp.clip(jnp.where(after, t - n_filler, t - cut), 0, marks.shape[0] - 1)
+    tokens = jnp.where(in_needle | after, marks[mark_index], filler[filler_index])
+    return _rows(tokens, value[-1], t >= seq_len - n_value)
 
-    def __len__(self) -> int:
-        return self.config.num_examples
 
-    def __getitem__(self, index: int) -> dict[str, np.ndarray]:
-        c, rng = self.config, np.random.default_rng((self.seed, int(index)))
-        content = lambda n: rng.integers(c.FIRST_CONTENT_ID, c.vocab_size, size=n)
-        key, value = content(c.key_len), content(c.value_len)
-        filler = content(self.seq_len - 2 * (c.key_len + c.value_len) - 1)
-        depth = rng.random() if c.depth is None else c.depth
-        cut = int(round(depth * len(filler)))
-        tokens = np.concatenate(
-            [filler[:cut], [c.NEEDLE_ID], key, value, filler[cut:], [c.QUERY_ID], key, value[:-1]]
-        )
-        scored = np.zeros(self.seq_len)
-        scored[self.seq_len - c.value_len :] = 1
-        return _example(tokens, value[-1], scored)
+_EXAMPLES = {"mqar": mqar_example, "needle": needle_example}
+
+
+class SyntheticBatches:
+    """Global batches of a synthetic `DataConfig`, generated by a pure, jittable function of the step."""
+
+    def __init__(self, config: DataConfig):
+        if config.source not in SYNTHETIC_SOURCES:
+            raise ValueError(f"source: SyntheticBatches needs one of {SYNTHETIC_SOURCES}, got {config.source!r}")
+        self.config = config
+        self.task = getattr(config, config.source)
+        self.vocab_size = self.task.vocab_size
+        self._example = functools.partial(_EXAMPLES[config.source], self.task, config.seq_len)
+
+    def examples(self, indices: jax.Array) -> dict[str, jax.Array]:
+        """The examples with these indices (int [n]) of the pool, as [n, seq_len] rows."""
+        examples_key = jax.random.fold_in(jax.random.key(self.config.seed), 0)
+        keys = jax.vmap(jax.random.fold_in, (None, 0))(examples_key, indices)
+        return jax.vmap(self._example)(keys)
+
+    def indices(self, step: jax.Array) -> jax.Array:
+        """The pool indices of step `step`'s rows: uniform draws from [0, num_examples)."""
+        sample_key = jax.random.fold_in(jax.random.fold_in(jax.random.key(self.config.seed), 1), step)
+        return jax.random.randint(sample_key, (self.config.batch_size,), 0, self.task.num_examples)
+
+    def batch(self, step: jax.Array) -> dict[str, jax.Array]:
+        """The global batch of `step` (an int scalar, traced or not): int32 [batch_size, seq_len] arrays."""
+        return self.examples(self.indices(step))

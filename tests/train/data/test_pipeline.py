@@ -2,10 +2,12 @@
 
 import json
 
+import jax
 import numpy as np
 import pytest
 
 from train.data import DataConfig, build_pipeline
+from train.data.packing import ROW_KEYS
 
 from .conftest import assert_batches_equal, documents_in, take
 
@@ -82,14 +84,17 @@ def test_hosts_partition_the_documents(jsonl_corpus, documents):
 @pytest.mark.parametrize(
     "source, task", [("mqar", {"vocab_size": 64, "num_kv_pairs": 4}), ("needle", {"vocab_size": 64})]
 )
-def test_synthetic_sources_feed_the_same_batches(source, task):
+def test_synthetic_sources_make_batches_on_the_device(source, task):
     config = DataConfig.from_dict({"source": source, "seq_len": 32, "batch_size": 2, source: task})
     pipeline = build_pipeline(config, process_index=0, process_count=1)
-    assert pipeline.vocab_size == 64 and pipeline.tokenizer is None
-    batches = _batches(config, 3)
-    assert_batches_equal(batches, _batches(config, 3))
+    assert pipeline.vocab_size == 64 and pipeline.tokenizer is None and pipeline.dataset is None
+    batches = [jax.device_get(pipeline.synthetic.batch(step)) for step in range(3)]
+    assert_batches_equal(batches, [jax.device_get(pipeline.synthetic.batch(step)) for step in range(3)])
     for batch in batches:  # one example per row, its scored positions intact
+        assert set(batch) == set(ROW_KEYS) and all(v.shape == (2, 32) for v in batch.values())
         assert (batch["segment_ids"] == 1).all() and (batch["loss_mask"].sum(axis=1) == 4).all()
+    with pytest.raises(ValueError, match=r"num_epochs: synthetic batches never end .* leave it None, got 1"):
+        DataConfig.from_dict({"source": source, "seq_len": 32, "num_epochs": 1, source: task})
 
 
 def test_host_errors(jsonl_corpus):

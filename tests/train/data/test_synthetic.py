@@ -1,25 +1,29 @@
-"""MQAR and needle generation: deterministic, well-formed; recall accuracy from logits."""
+"""MQAR and needle generation on the device: well-formed, a function of (seed, index); recall accuracy from logits."""
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from train.data import MQARConfig, NeedleConfig, recall_accuracy, recall_counts
-from train.data.synthetic import MQARSource, NeedleSource
+from train.data import DataConfig, recall_accuracy, recall_counts
+from train.data.synthetic import SyntheticBatches
 
 T = 64
 
 
+def _examples(source, config, seq_len, seed, n):
+    data = DataConfig.from_dict({"source": source, "seq_len": seq_len, "batch_size": n, "seed": seed, source: config})
+    return jax.device_get(SyntheticBatches(data).examples(jnp.arange(n)))
+
+
 @pytest.mark.parametrize("random_non_queries", [True, False])
 def test_mqar_examples_are_well_formed(random_non_queries):
-    config = MQARConfig(vocab_size=128, num_kv_pairs=6, random_non_queries=random_non_queries, num_examples=50)
-    source = MQARSource(config, seq_len=T, seed=1)
-    half, pairs = 64, 6
-    for i in range(len(source)):
-        ex = source[i]
-        assert all(v.shape == (T,) and v.dtype == np.int32 for v in ex.values())
-        x, y, m = ex["inputs"], ex["targets"], ex["loss_mask"]
+    pairs, half = 6, 64
+    rows = _examples("mqar", {"vocab_size": 128, "num_kv_pairs": pairs, "random_non_queries": random_non_queries},
+                     T, 1, 50)
+    assert all(v.shape == (50, T) and v.dtype == np.int32 for v in rows.values())
+    for i in range(50):
+        x, y, m = rows["input_ids"][i], rows["targets"][i], rows["loss_mask"][i]
         keys, values = x[0 : 2 * pairs : 2], x[1 : 2 * pairs : 2]
         assert len(set(keys)) == pairs and ((1 <= keys) & (keys < half)).all()
         assert len(set(values)) == pairs and ((half <= values) & (values < 128)).all()
@@ -33,33 +37,49 @@ def test_mqar_examples_are_well_formed(random_non_queries):
         assert ((0 <= x) & (x < 128)).all()
         filler = np.setdiff1d(np.arange(2 * pairs, T), queries)
         assert (x[filler] == 0).all() != random_non_queries
+    np.testing.assert_array_equal(rows["segment_ids"], 1)
+    np.testing.assert_array_equal(rows["positions"], np.broadcast_to(np.arange(T), (50, T)))
 
 
-def test_mqar_is_deterministic_and_seeded():
-    config = MQARConfig(vocab_size=256, num_kv_pairs=8)
-    a, b = MQARSource(config, seq_len=T, seed=5), MQARSource(config, seq_len=T, seed=5)
-    for i in (0, 7, 99_999):
-        for key in a[i]:
-            np.testing.assert_array_equal(a[i][key], b[i][key])
-    assert not np.array_equal(a[3]["inputs"], a[4]["inputs"])
-    assert not np.array_equal(a[3]["inputs"], MQARSource(config, seq_len=T, seed=6)[3]["inputs"])
+def test_examples_depend_on_seed_and_index_only():
+    config = {"vocab_size": 256, "num_kv_pairs": 8}
+    a = _examples("mqar", config, T, 5, 8)["input_ids"]
+    np.testing.assert_array_equal(a, _examples("mqar", config, T, 5, 8)["input_ids"])
+    assert len({row.tobytes() for row in a}) == 8
+    assert not np.array_equal(a, _examples("mqar", config, T, 6, 8)["input_ids"])
+    data = DataConfig.from_dict({"source": "mqar", "seq_len": T, "batch_size": 4, "seed": 5, "mqar": config})
+    batches = SyntheticBatches(data)
+    one = jax.device_get(batches.batch(jnp.int32(3)))
+    np.testing.assert_array_equal(one["input_ids"], jax.device_get(jax.jit(batches.batch)(3))["input_ids"])
+    index = jax.device_get(batches.indices(jnp.int32(3)))
+    np.testing.assert_array_equal(one["input_ids"], jax.device_get(batches.examples(index))["input_ids"])
+    assert not np.array_equal(one["input_ids"], jax.device_get(batches.batch(jnp.int32(4)))["input_ids"])
+
+
+def test_rows_are_drawn_uniformly_from_the_pool():
+    data = DataConfig.from_dict({"source": "mqar", "seq_len": T, "batch_size": 256,
+                                 "mqar": {"vocab_size": 64, "num_kv_pairs": 4, "num_examples": 16}})
+    batches = SyntheticBatches(data)
+    index = np.concatenate([jax.device_get(batches.indices(jnp.int32(s))) for s in range(8)])
+    counts = np.bincount(index, minlength=16)
+    assert index.min() >= 0 and index.max() < 16
+    assert counts.min() > 0.7 * 128 and counts.max() < 1.3 * 128  # 2048 draws, 128 expected per example
 
 
 def test_mqar_power_law_puts_queries_early():
     gaps = {}
     for power_a in (0.01, 1.0):
-        source = MQARSource(MQARConfig(vocab_size=256, num_kv_pairs=4, power_a=power_a), seq_len=256, seed=0)
-        gaps[power_a] = np.mean([np.nonzero(source[i]["loss_mask"])[0].mean() for i in range(200)])
+        rows = _examples("mqar", {"vocab_size": 256, "num_kv_pairs": 4, "power_a": power_a}, 256, 0, 200)
+        gaps[power_a] = np.mean([np.nonzero(m)[0].mean() for m in rows["loss_mask"]])
     assert gaps[0.01] < gaps[1.0] - 20  # uniform gaps: mean position ~ 8 + 124; power law: much earlier
 
 
 @pytest.mark.parametrize("depth", [None, 0.0, 0.5, 1.0])
 def test_needle_examples_are_well_formed(depth):
-    config = NeedleConfig(vocab_size=50, key_len=3, value_len=2, depth=depth)
-    source = NeedleSource(config, seq_len=40, seed=2)
+    rows = _examples("needle", {"vocab_size": 50, "key_len": 3, "value_len": 2, "depth": depth}, 40, 2, 30)
+    needles = []
     for i in range(30):
-        ex = source[i]
-        x, y, m = ex["inputs"], ex["targets"], ex["loss_mask"]
+        x, y, m = rows["input_ids"][i], rows["targets"][i], rows["loss_mask"][i]
         (needle,) = np.nonzero(x == 1)
         (query,) = np.nonzero(x == 2)
         assert len(needle) == 1 and len(query) == 1 and query[0] == 40 - 3 - 2
@@ -72,8 +92,9 @@ def test_needle_examples_are_well_formed(depth):
         assert ((3 <= content) & (content < 50)).all()
         if depth is not None:
             assert needle[0] == round(depth * (40 - 11))
-    assert not np.array_equal(source[0]["inputs"], source[1]["inputs"])
-    np.testing.assert_array_equal(source[5]["inputs"], NeedleSource(config, seq_len=40, seed=2)[5]["inputs"])
+        needles.append(needle[0])
+    assert len(set(needles)) > (10 if depth is None else 0)
+    assert not np.array_equal(rows["input_ids"][0], rows["input_ids"][1])
 
 
 def test_recall_accuracy_from_logits():

@@ -1,0 +1,110 @@
+"""Where a train step's device time goes: variants of a case timed alone, and a kernel-level trace of the first.
+
+    PYTHONPATH=. python benchmarks/step_profile.py --case text-100m --set "data.paths=[DIR]" \
+        --variant base: --variant bf16-params:model.param_dtype=bfloat16 --trace --out results/loop/profile.json
+
+Each `--variant LABEL:KEY=VALUE,KEY=VALUE` is the case (`benchmarks/train_loop.py`) with those
+overrides; its step is timed alone on a batch already on the device (`--steps` steps in a device
+loop). With `--trace`, the first variant's steps run under `jax.profiler.trace` and the GPU
+kernels of the Perfetto trace are summed by name and by kind (matmul, Pallas/Triton kernel, XLA
+fusion, copy/transpose, other): the top kernels and the shares are printed and written.
+"""
+
+import argparse
+import collections
+import gzip
+import json
+import pathlib
+import re
+import tempfile
+
+import jax
+
+from ccq_jax.configlib import parse_overrides
+from benchmarks.train_loop import case_config, device_steps, step_ms
+from train.sharding import make_mesh
+
+KINDS = (("matmul", r"gemm|cutlass|nvjet|cublas|xmma|sm90_"), ("copy", r"copy|transpose|memcpy|memset"),
+         ("fusion", r"fusion|loop_|input_|reduce"))
+
+
+def kind(name: str) -> str:
+    for label, pattern in KINDS:
+        if re.search(pattern, name, re.IGNORECASE):
+            return label
+    return "pallas/other"
+
+
+def kernel_times(trace_dir: pathlib.Path) -> dict[str, float]:
+    """Microseconds per kernel name over the GPU tracks of the trace's Perfetto JSON."""
+    path = next(trace_dir.rglob("perfetto_trace.json.gz"))
+    events = json.loads(gzip.decompress(path.read_bytes()))
+    events = events["traceEvents"] if isinstance(events, dict) else events
+    tracks = {(e.get("pid"), e.get("tid")): e["args"]["name"] for e in events
+              if e.get("ph") == "M" and e.get("name") == "thread_name"}
+    processes = {e.get("pid"): e["args"]["name"] for e in events if e.get("ph") == "M" and e.get("name") == "process_name"}
+    totals = collections.Counter()
+    for e in events:
+        if e.get("ph") != "X":
+            continue
+        where = f"{processes.get(e.get('pid'), '')} {tracks.get((e.get('pid'), e.get('tid')), '')}"
+        if "/device:GPU" in where and "Stream" in where:
+            totals[e["name"]] += float(e.get("dur", 0.0))
+    if not totals:  # name the tracks, so a trace laid out differently can be read next time
+        print("no GPU stream tracks; processes:", sorted(set(processes.values()))[:10], "tracks:",
+              sorted(set(tracks.values()))[:20])
+    return dict(totals)
+
+
+def trace(cfg, steps: int, mesh) -> dict:
+    run, state, batch = device_steps(cfg, steps, mesh)
+    state = jax.block_until_ready(run(state, batch))  # compiles outside the trace
+    with tempfile.TemporaryDirectory() as tmp:
+        with jax.profiler.trace(tmp, create_perfetto_trace=True):
+            jax.block_until_ready(run(state, batch))
+        totals = kernel_times(pathlib.Path(tmp))
+    per_step = {name: us / steps for name, us in totals.items()}
+    by_kind = collections.Counter()
+    for name, us in per_step.items():
+        by_kind[kind(name)] += us
+    return {"kernel_ms_per_step": sum(per_step.values()) / 1e3,
+            "by_kind_ms": {k: v / 1e3 for k, v in by_kind.most_common()},
+            "top_kernels_ms": {n: us / 1e3 for n, us in sorted(per_step.items(), key=lambda x: -x[1])[:30]}}
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--case", required=True)
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--variant", action="append", default=[], metavar="LABEL:KEY=VALUE,...")
+    p.add_argument("--steps", type=int, default=10)
+    p.add_argument("--trace", action="store_true", help="trace the first variant's kernels")
+    p.add_argument("--out", default=None)
+    a = p.parse_args(argv)
+    base = parse_overrides(a.overrides)
+    results = []
+    for spec in a.variant or ["base:"]:
+        label, _, changes = spec.partition(":")
+        overrides = {**base, **parse_overrides([c for c in changes.split(",") if c])}
+        cfg = case_config(a.case, overrides)
+        mesh = make_mesh(cfg.mesh)
+        row = {"variant": label, "overrides": overrides, "step_ms": step_ms(cfg, a.steps, mesh)}
+        if a.trace and not results:
+            row.update(trace(cfg, a.steps, mesh))
+        results.append(row)
+        print(json.dumps(row), flush=True)
+    print(f"\n{'variant':>24s}  step ms")
+    for row in results:
+        print(f"{row['variant']:>24s}  {row['step_ms']:7.2f}")
+    if "by_kind_ms" in results[0]:
+        print("\nfirst variant, kernel time per step by kind (ms):",
+              ", ".join(f"{k} {v:.1f}" for k, v in results[0]["by_kind_ms"].items()))
+        for name, ms in list(results[0]["top_kernels_ms"].items())[:15]:
+            print(f"  {ms:7.2f}  {name[:110]}")
+    if a.out:
+        pathlib.Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+        pathlib.Path(a.out).write_text(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main()
