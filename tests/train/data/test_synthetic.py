@@ -56,6 +56,12 @@ def test_examples_depend_on_seed_and_index_only():
     assert not np.array_equal(one["input_ids"], jax.device_get(batches.batch(jnp.int32(4)))["input_ids"])
 
 
+def test_only_synthetic_sources_are_generated(tmp_path):
+    text = DataConfig.from_dict({"source": "text", "paths": [str(tmp_path)]})
+    with pytest.raises(ValueError, match=r"source: SyntheticBatches needs one of \('mqar', 'needle'\), got 'text'"):
+        SyntheticBatches(text)
+
+
 def test_rows_are_drawn_uniformly_from_the_pool():
     data = DataConfig.from_dict({"source": "mqar", "seq_len": T, "batch_size": 256,
                                  "mqar": {"vocab_size": 64, "num_kv_pairs": 4, "num_examples": 16}})
