@@ -85,15 +85,20 @@ def test_sigterm_saves_and_resume_continues_the_exact_run(runs, tmp_path):
     np.testing.assert_array_equal([resumed[s] for s in range(1, 9)], [runs["single"][s] for s in range(1, 9)])
 
 
-def test_host_batches_resume_the_exact_run(tmp_path):
-    """Text on grain (the data iterator's position is checkpointed), several steps per call: an interrupted and
-    resumed run equals an uninterrupted one with another call length."""
+def _text_data(tmp_path) -> dict:
+    """The data config of a small JSONL corpus of random sentences (host batches on grain)."""
     corpus = tmp_path / "corpus.jsonl"
     words = "the quick brown fox jumps over a lazy dog while seven wizards quietly hex".split()
     rng = np.random.default_rng(0)
     corpus.write_text("".join(json.dumps({"text": " ".join(rng.choice(words, rng.integers(5, 40)))}) + "\n"
                               for _ in range(64)))
-    data = {"source": "jsonl", "paths": [str(corpus)], "seq_len": 32, "batch_size": 4, "prefetch_batches": 2}
+    return {"source": "jsonl", "paths": [str(corpus)], "seq_len": 32, "batch_size": 4, "prefetch_batches": 2}
+
+
+def test_host_batches_resume_the_exact_run(tmp_path):
+    """Text on grain (the data iterator's position is checkpointed), several steps per call: an interrupted and
+    resumed run equals an uninterrupted one with another call length."""
+    data = _text_data(tmp_path)
     reference = _start(tmp_path / "reference", data=data, steps=6, checkpoint_every=0, steps_per_call=4)
     proc = _start(tmp_path / "interrupted", data=data, steps=6, checkpoint_every=100, steps_per_call=2)
     assert "step 0 of 6" in proc.stdout.readline()
@@ -114,8 +119,9 @@ def _free_port():
 
 def test_two_processes_train_on_one_mesh(tmp_path):
     env = {"JAX_COORDINATOR_ADDRESS": f"127.0.0.1:{_free_port()}", "JAX_NUM_PROCESSES": "2"}
-    procs = [_start(tmp_path / "multi", env={**env, "JAX_PROCESS_ID": str(i)}, steps=4, checkpoint_every=2)
-             for i in range(2)]
+    data = _text_data(tmp_path)  # host batches: each process reads its own documents, sends its half of each call
+    procs = [_start(tmp_path / "multi", env={**env, "JAX_PROCESS_ID": str(i)}, data=data, steps=4,
+                    checkpoint_every=2, steps_per_call=3) for i in range(2)]
     try:
         outs = [_finish(p, timeout=240) for p in procs]
     finally:  # one process failing leaves the other waiting in a collective
