@@ -42,7 +42,8 @@ def kernel_times(trace_dir: pathlib.Path) -> dict[str, float]:
     events = events["traceEvents"] if isinstance(events, dict) else events
     tracks = {(e.get("pid"), e.get("tid")): e["args"]["name"] for e in events
               if e.get("ph") == "M" and e.get("name") == "thread_name"}
-    processes = {e.get("pid"): e["args"]["name"] for e in events if e.get("ph") == "M" and e.get("name") == "process_name"}
+    processes = {e.get("pid"): e["args"]["name"] for e in events
+                 if e.get("ph") == "M" and e.get("name") == "process_name"}
     totals = collections.Counter()
     for e in events:
         if e.get("ph") != "X":

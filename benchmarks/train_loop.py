@@ -118,8 +118,9 @@ def loop_rate(cfg: TrainConfig, workdir: pathlib.Path) -> dict:
     wall = time.perf_counter() - begin
     rows = [r for r in read_metrics(workdir / "metrics.jsonl") if "tokens_per_s" in r][1:]
     tokens_per_s = statistics.median(r["tokens_per_s"] for r in rows)
-    return {"loop_tokens_per_s": tokens_per_s, "loop_steps_per_s": tokens_per_s / (cfg.data.batch_size * cfg.data.seq_len),
-            "loop_wall_s": wall, "final_loss": summary.get("final_loss")}
+    steps_per_s = tokens_per_s / (cfg.data.batch_size * cfg.data.seq_len)
+    return {"loop_tokens_per_s": tokens_per_s, "loop_steps_per_s": steps_per_s, "loop_wall_s": wall,
+            "final_loss": summary.get("final_loss")}
 
 
 def main(argv=None):
@@ -148,7 +149,8 @@ def main(argv=None):
     result["mfu"] = 6 * n_params * result["loop_tokens_per_s"] / (a.peak_tflops * 1e12 * jax.device_count())
     print(json.dumps(result))
     alone = f"data {result['data_ms']:.2f} ms/batch, step {result['step_ms']:.2f} ms alone, " if a.probe else ""
-    print(f"{a.case} {a.label} {cfg.model}: {n_params / 1e6:.1f}M params, {alone}loop {result['loop_steps_per_s']:.1f} steps/s "
+    print(f"{a.case} {a.label} {cfg.model}: {n_params / 1e6:.1f}M params, {alone}"
+          f"loop {result['loop_steps_per_s']:.1f} steps/s "
           f"({result['loop_ms_per_step']:.2f} ms/step, {result['loop_tokens_per_s']:,.0f} tokens/s, "
           f"MFU {result['mfu']:.1%})")
     if a.out:

@@ -30,7 +30,7 @@ from train.data import build_pipeline
 from train.metrics import MetricsWriter, plot_curves, read_metrics
 from train.optim import learning_rate, make_optimizer
 from train.sharding import host_batch_to_global, initialize_distributed, make_mesh, replicated
-from train.step import (compile_steps, compile_synthetic_eval, compile_train_calls, init_state, make_eval_step,
+from train.step import (compile_eval_step, compile_synthetic_eval, compile_train_calls, init_state, make_eval_step,
                         make_train_step)
 
 PEAK_TFLOPS = {"H200": 989.0, "H100": 989.0, "A100": 312.0}  # dense bf16, per device
@@ -186,11 +186,8 @@ def _call_length(cfg: TrainConfig, step: int) -> int:
 def _host_batches(it, n: int, steps_per_call: int, mesh) -> dict:
     """The next n host batches stacked [steps_per_call, ...] (zeros after the n-th) as global arrays."""
     rows = [next(it) for _ in range(n)]
-    stacked = {k: np.zeros((steps_per_call, *v.shape), v.dtype) for k, v in rows[0].items()}
-    for i, row in enumerate(rows):
-        for k, v in row.items():
-            stacked[k][i] = v
-    return host_batch_to_global(stacked, mesh, stacked=True)
+    rows += [jax.tree.map(np.zeros_like, rows[0])] * (steps_per_call - n)
+    return host_batch_to_global({k: np.stack([row[k] for row in rows]) for k in rows[0]}, mesh, stacked=True)
 
 
 def _train(cfg: TrainConfig, workdir: pathlib.Path, progress: bool, preempted: _Preempted) -> dict:
@@ -201,7 +198,7 @@ def _train(cfg: TrainConfig, workdir: pathlib.Path, progress: bool, preempted: _
     graphdef, others, state = init_state(mcfg, optimizer, mesh, cfg.seed)
     step_fn = make_train_step(graphdef, others, optimizer, grad_accum=cfg.grad_accum,
                               skip_nonfinite=cfg.on_nan == "skip", loss_chunk_len=cfg.loss_chunk_len)
-    _, eval_step = compile_steps(step_fn, make_eval_step(graphdef, others, cfg.loss_chunk_len), state, mesh)
+    eval_step = compile_eval_step(make_eval_step(graphdef, others, cfg.loss_chunk_len), state, mesh)
     synthetic = pipeline.synthetic
     run_call = compile_train_calls(step_fn, state, mesh, cfg.steps_per_call,
                                    synthetic.batch if synthetic is not None else None)

@@ -106,6 +106,6 @@ def replicated(mesh) -> NamedSharding:
 
 
 def host_batch_to_global(batch: dict, mesh, *, stacked: bool = False) -> dict:
-    """Assemble each host's slice of the batch (of a stack of batches) into global arrays sharded over the batch axes."""
+    """Each host's slice of the batch (or of a stack of batches) as global arrays sharded over the batch axes."""
     sharding = batch_sharding(mesh, stacked=stacked)
     return {k: jax.make_array_from_process_local_data(sharding, np.asarray(v)) for k, v in batch.items()}

@@ -5,10 +5,11 @@ stays static. `compile_steps` jits the step with `in_shardings`/`out_shardings` 
 the state itself and donates the old state. `compile_train_calls` runs up to `steps_per_call`
 steps in one device program (a loop on the device: one dispatch and one host round trip per
 call, which is what keeps a small model's GPU busy), with each step's batch either made on the
-device from the step number (synthetic tasks) or taken from a stack of host batches. Gradient accumulation scans over microbatches;
-the loss is the mean next-token NLL over `loss_mask` (targets never cross documents, so
-packed batches are handled by the data and the model's `segment_ids`), optionally formed a
-slice of positions at a time (`loss_chunk_len`, `train.loss`).
+device from the step number (synthetic tasks) or taken from a stack of host batches.
+Gradient accumulation scans over microbatches; the loss is the mean next-token NLL over
+`loss_mask` (targets never cross documents, so packed batches are handled by the data and the
+model's `segment_ids`), optionally formed a slice of positions at a time (`loss_chunk_len`,
+`train.loss`).
 """
 
 from typing import NamedTuple
@@ -104,6 +105,15 @@ def make_eval_step(graphdef, others, loss_chunk_len: int = 0):
     return evaluate
 
 
+def _shardings(state: TrainState):
+    return jax.tree.map(lambda x: x.sharding, state)
+
+
+def _zeros(shapes, leading=()):
+    """Zero arrays of the `jax.eval_shape` result `shapes`, each with `leading` dimensions in front."""
+    return jax.tree.map(lambda m: jnp.zeros((*leading, *m.shape), m.dtype), shapes)
+
+
 def _calls(train_step, steps_per_call: int, batch_of):
     """(state, n, batches) -> (state, metrics of each step stacked [steps_per_call]): the first n steps of a call.
 
@@ -111,8 +121,7 @@ def _calls(train_step, steps_per_call: int, batch_of):
     """
 
     def call(state, n, batches):
-        shapes = jax.eval_shape(train_step, state, batch_of(state, 0, batches))[1]
-        rows = jax.tree.map(lambda m: jnp.zeros((steps_per_call, *m.shape), m.dtype), shapes)
+        rows = _zeros(jax.eval_shape(train_step, state, batch_of(state, 0, batches))[1], (steps_per_call,))
 
         def one(i, carry):
             state, rows = carry
@@ -132,7 +141,7 @@ def compile_train_calls(train_step, state: TrainState, mesh, steps_per_call: int
     with host batches stacked on a leading axis of length steps_per_call (the first n are used).
     Returns metrics of every step stacked [steps_per_call] (replicated).
     """
-    state_sh = jax.tree.map(lambda x: x.sharding, state)
+    state_sh = _shardings(state)
     batch_sh = batch_sharding(mesh)
     n_sh = replicated(mesh)
     if make_batch is not None:
@@ -147,7 +156,7 @@ def compile_train_calls(train_step, state: TrainState, mesh, steps_per_call: int
 
 
 def compile_synthetic_eval(eval_step, state: TrainState, mesh, make_batch, num_batches: int):
-    """jit the sums of `eval_step` over the batches make_batch(0) ... make_batch(num_batches - 1), made on the device."""
+    """jit the sums of `eval_step` over make_batch(0) ... make_batch(num_batches - 1), made on the device."""
     batch_sh = batch_sharding(mesh)
 
     def evaluate(params):
@@ -155,19 +164,21 @@ def compile_synthetic_eval(eval_step, state: TrainState, mesh, make_batch, num_b
             out = eval_step(params, jax.lax.with_sharding_constraint(make_batch(i), batch_sh))
             return jax.tree.map(jnp.add, totals, out)
 
-        zeros = jax.tree.map(lambda m: jnp.zeros(m.shape, m.dtype),
-                             jax.eval_shape(eval_step, params, make_batch(jnp.int32(0))))
+        zeros = _zeros(jax.eval_shape(eval_step, params, make_batch(jnp.int32(0))))
         return jax.lax.fori_loop(0, num_batches, one, zeros)
 
-    state_sh = jax.tree.map(lambda x: x.sharding, state)
-    return jax.jit(evaluate, in_shardings=(state_sh.params,), out_shardings=replicated(mesh))
+    return jax.jit(evaluate, in_shardings=(_shardings(state).params,), out_shardings=replicated(mesh))
+
+
+def compile_eval_step(eval_step, state: TrainState, mesh):
+    """jit the eval step on one host batch, with the parameters' and the batch's shardings."""
+    return jax.jit(eval_step, in_shardings=(_shardings(state).params, batch_sharding(mesh)),
+                   out_shardings=replicated(mesh))
 
 
 def compile_steps(train_step, eval_step, state: TrainState, mesh):
     """jit both steps with explicit shardings; the train step donates its input state."""
-    state_sh = jax.tree.map(lambda x: x.sharding, state)
-    batch_sh = batch_sharding(mesh)
-    train = jax.jit(train_step, in_shardings=(state_sh, batch_sh), out_shardings=(state_sh, replicated(mesh)),
-                    donate_argnums=0)
-    evaluate = jax.jit(eval_step, in_shardings=(state_sh.params, batch_sh), out_shardings=replicated(mesh))
-    return train, evaluate
+    state_sh = _shardings(state)
+    train = jax.jit(train_step, in_shardings=(state_sh, batch_sharding(mesh)),
+                    out_shardings=(state_sh, replicated(mesh)), donate_argnums=0)
+    return train, compile_eval_step(eval_step, state, mesh)

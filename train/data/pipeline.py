@@ -1,9 +1,10 @@
 """`build_pipeline(config)`: a `DataConfig` -> deterministic, per-host, resumable batches.
 
 Synthetic tasks ("mqar", "needle") are generated on the device (`synthetic.SyntheticBatches`:
-a jittable function of the step, no iterator); every other source runs on grain. The chain (grain): source -> this host's shard (`[process_index::process_count]`, by
-document) -> shuffle (global permutation, re-seeded every epoch) -> repeat -> tokenize
-(threads, order kept) -> `document_example` -> pack to `seq_len` -> batch -> prefetch.
+a jittable function of the step, no iterator); every other source runs on grain. The chain
+(grain): source -> this host's shard (`[process_index::process_count]`, by document) ->
+shuffle (global permutation, re-seeded every epoch) -> repeat -> tokenize (threads, order
+kept) -> `document_example` -> pack to `seq_len` -> batch -> prefetch.
 
 Every batch is a dict of int32 [local_batch_size, seq_len] arrays: `input_ids`, `targets`,
 `segment_ids`, `positions`, `loss_mask` (see packing.py; the loss is
