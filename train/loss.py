@@ -3,22 +3,51 @@
 `loss_sums` returns the masked next-token NLL summed over the batch, the number of scored
 tokens and the recall counts (`train.data.recall`). With `chunk_len` > 0 the positions are cut
 into slices of that length and a `lax.scan` runs the head and the cross-entropy on one slice at
-a time under `jax.checkpoint`: the `[B, T, vocab]` fp32 logits (2 GiB for 16K tokens and a 32K
-vocabulary), their softmax and their gradient then exist one slice at a time, for the price of
-running the head's forward twice. The batch axis is never split, so its sharding is kept.
+a time under `jax.checkpoint`: the `[B, T, vocab]` logits (1 GiB in bf16 for 16K tokens and a
+32K vocabulary), their softmax and their gradient then exist one slice at a time, for the price
+of running the head's forward twice. The batch axis is never split, so its sharding is kept.
+
+The logits stay in the head's compute dtype (bf16 in mixed precision) and `cross_entropy` reads
+them in fp32 with its own VJP: it keeps the logits and the log-normaliser and forms the gradient
+`(softmax - one_hot) * dnll` in one pass, in the logits' dtype, where autodiff of an fp32 softmax
+cross-entropy wrote and re-read fp32 intermediates of the logits' size (the same rounding: the
+head's product took its gradient in bf16 either way).
 """
 
 import jax
 import jax.numpy as jnp
-import optax
 
 from ccq_jax.models import lm_logits
 from train.data.recall import recall_counts
 
 
+@jax.custom_vjp
+def cross_entropy(logits, targets):
+    """-log softmax(logits)[targets] in fp32 for logits [..., V] (any float dtype) and integer targets [...]."""
+    return _cross_entropy_fwd(logits, targets)[0]
+
+
+def _cross_entropy_fwd(logits, targets):
+    wide = logits.astype(jnp.float32)
+    log_norm = jax.nn.logsumexp(wide, axis=-1)
+    picked = jnp.take_along_axis(wide, targets[..., None], axis=-1)[..., 0]
+    return log_norm - picked, (logits, log_norm, targets)
+
+
+def _cross_entropy_bwd(residuals, dnll):
+    logits, log_norm, targets = residuals
+    one_hot = jnp.arange(logits.shape[-1]) == targets[..., None]
+    probs = jnp.exp(logits.astype(jnp.float32) - log_norm[..., None])
+    dlogits = ((probs - one_hot) * dnll[..., None]).astype(logits.dtype)
+    return dlogits, None
+
+
+cross_entropy.defvjp(_cross_entropy_fwd, _cross_entropy_bwd)
+
+
 def _slice_sums(x, head, dtype, targets, loss_mask):
-    logits = lm_logits(x, head, dtype)
-    nll = optax.softmax_cross_entropy_with_integer_labels(logits, targets)
+    logits = lm_logits(x, head, dtype, out_dtype=None)  # in the compute dtype: cross_entropy reads it in fp32
+    nll = cross_entropy(logits, targets)
     mask = loss_mask.astype(jnp.float32)
     correct, scored = recall_counts(logits, {"targets": targets, "loss_mask": loss_mask})
     return jnp.sum(nll * mask), (jnp.sum(mask), correct, scored)

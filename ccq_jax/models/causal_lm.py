@@ -116,9 +116,11 @@ class CausalLM(nnx.Module):
         return self.embeddings.embedding[...].T if self.config.tie_word_embeddings else self.lm_head.kernel[...]
 
 
-def lm_logits(x: jax.Array, head: jax.Array, dtype) -> jax.Array:
-    """fp32 logits of hidden states x [..., D] against `head` [D, vocab], the product in `dtype` (None: the
-    promoted type of the two), as `nnx.Linear` and `nnx.Embed.attend` compute it."""
+def lm_logits(x: jax.Array, head: jax.Array, dtype, out_dtype=jnp.float32) -> jax.Array:
+    """Logits of hidden states x [..., D] against `head` [D, vocab], the product in `dtype` (None: the promoted
+    type of the two), as `nnx.Linear` and `nnx.Embed.attend` compute it; returned in `out_dtype` (None: the
+    product's own)."""
     if dtype is not None:
         x, head = x.astype(dtype), head.astype(dtype)
-    return jnp.dot(x, head).astype(jnp.float32)
+    logits = jnp.dot(x, head)
+    return logits if out_dtype is None else logits.astype(out_dtype)

@@ -1,12 +1,14 @@
-"""The sliced LM loss (train.loss): the same sums and gradients as all positions at once, against an
-independent float64 reference, for slices that divide T, do not, or exceed it; and less memory."""
+"""The LM loss (train.loss): its cross-entropy and gradient against float64 and autodiff; the sliced loss gives
+the same sums and gradients as all positions at once, against an independent float64 reference, for slices
+that divide T, do not, or exceed it; and needs less memory."""
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 
-from train.loss import loss_sums
+from train.loss import cross_entropy, loss_sums
 
 B, T, D, V = 2, 37, 16, 50
 
@@ -71,3 +73,35 @@ def test_negative_chunk_len_is_refused():
     x, head, batch = _inputs()
     with pytest.raises(ValueError, match=r"chunk_len: expected >= 0, got -1"):
         loss_sums(x, head, None, batch, -1)
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+def test_cross_entropy_and_its_gradient_match_float64(dtype):
+    rng = np.random.default_rng(3)
+    logits = jnp.asarray(4 * rng.standard_normal((3, 7, V)), dtype)
+    targets = jnp.asarray(rng.integers(0, V, (3, 7)), jnp.int32)
+    weights = jnp.asarray(rng.standard_normal((3, 7)), jnp.float32)
+    nll, vjp = jax.vjp(lambda l: cross_entropy(l, targets), logits)
+    (grad,) = vjp(weights)
+    wide = np.asarray(logits.astype(jnp.float32), np.float64)
+    logz = np.log(np.exp(wide - wide.max(-1, keepdims=True)).sum(-1)) + wide.max(-1)
+    want = logz - np.take_along_axis(wide, np.asarray(targets)[..., None], -1)[..., 0]
+    probs = np.exp(wide - logz[..., None])
+    want_grad = (probs - np.eye(V)[np.asarray(targets)]) * np.asarray(weights, np.float64)[..., None]
+    assert nll.dtype == jnp.float32 and grad.dtype == dtype
+    np.testing.assert_allclose(np.asarray(nll), want, rtol=1e-6, atol=1e-6)
+    tol = 1e-6 if dtype == jnp.float32 else 2**-8  # the gradient is returned in the logits' dtype
+    rel_rms = np.sqrt(np.mean((np.asarray(grad, np.float64) - want_grad) ** 2) / np.mean(want_grad**2))
+    assert rel_rms < tol, rel_rms
+
+
+def test_cross_entropy_gradient_rounds_as_autodiff_of_the_fp32_loss():
+    """bf16 logits: the same bf16 gradient, bit for bit, as autodiff of optax's fp32 loss of the upcast logits."""
+    rng = np.random.default_rng(4)
+    logits = jnp.asarray(4 * rng.standard_normal((5, V)), jnp.bfloat16)
+    targets = jnp.asarray(rng.integers(0, V, (5,)), jnp.int32)
+    ours = jax.grad(lambda l: cross_entropy(l, targets).sum())(logits)
+    autodiff = jax.grad(lambda l: optax.softmax_cross_entropy_with_integer_labels(
+        l.astype(jnp.float32), targets).sum())(logits)
+    assert ours.dtype == autodiff.dtype == jnp.bfloat16
+    np.testing.assert_array_equal(np.asarray(ours, np.float32), np.asarray(autodiff, np.float32))
