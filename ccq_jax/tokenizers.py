@@ -33,6 +33,9 @@ class Tokenizer(Protocol):
     def encode(self, text: str) -> np.ndarray:
         """int32 [n] ids of `text`, no special tokens."""
 
+    def encode_batch(self, texts: list[str]) -> list[np.ndarray]:
+        """`encode` of each text (HF tokenizers: in parallel, outside the GIL)."""
+
     def decode(self, ids) -> str: ...
 
     @property
@@ -54,6 +57,9 @@ class ByteTokenizer:
 
     def encode(self, text: str) -> np.ndarray:
         return np.frombuffer(text.encode("utf-8"), dtype=np.uint8).astype(np.int32)
+
+    def encode_batch(self, texts: list[str]) -> list[np.ndarray]:
+        return [self.encode(t) for t in texts]
 
     def decode(self, ids) -> str:
         ids = np.asarray(ids)
@@ -115,6 +121,10 @@ class HFTokenizer:
 
     def encode(self, text: str) -> np.ndarray:
         return np.asarray(self._tok.encode(text, add_special_tokens=False).ids, dtype=np.int32)
+
+    def encode_batch(self, texts: list[str]) -> list[np.ndarray]:
+        encodings = self._tok.encode_batch(list(texts), add_special_tokens=False)
+        return [np.asarray(e.ids, dtype=np.int32) for e in encodings]
 
     def decode(self, ids) -> str:
         return self._tok.decode([int(i) for i in np.asarray(ids)], skip_special_tokens=False)

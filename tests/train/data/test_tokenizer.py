@@ -47,6 +47,19 @@ def test_tokenizer_json_round_trip_and_special_ids(tmp_path):
     assert tok.vocab_size == raw.get_vocab_size() and tok.spec["sha256"]
 
 
+@pytest.mark.parametrize("kind", ["byte", "hf"])
+def test_encode_batch_equals_encode_of_each_text(tmp_path, kind):
+    if kind == "hf":
+        _train_bpe(tmp_path / "tokenizer.json")
+    tok = load_tokenizer("byte" if kind == "byte" else str(tmp_path / "tokenizer.json"))
+    texts = [TEXT, "", "hello world, hello there", "ünïcödé " * 30]
+    batch = tok.encode_batch(texts)
+    assert len(batch) == len(texts)
+    for ids, text in zip(batch, texts):
+        assert ids.dtype == np.int32
+        np.testing.assert_array_equal(ids, tok.encode(text))
+
+
 def test_tokenizer_config_json_and_explicit_tokens_take_precedence(tmp_path):
     raw = _train_bpe(tmp_path / "tokenizer.json", specials=("<s>", "</s>", "<|eot|>"))
     path = str(tmp_path / "tokenizer.json")
