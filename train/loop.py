@@ -140,7 +140,13 @@ class _Reporter:
         self.final = {}
 
     def queue(self, first: int, n: int, metrics):
-        """Record a dispatched call; report the one before it."""
+        """Record a dispatched call; report the one before it.
+
+        The call's metrics start copying to the host now, right behind the call, so reading them waits for this
+        call alone: a copy requested at read time, after the next call is queued, may wait for that one too.
+        """
+        for leaf in jax.tree.leaves(metrics):
+            leaf.copy_to_host_async()
         self.flush()
         self.pending = (first, n, metrics)
 
