@@ -33,9 +33,10 @@ SHAPES = {"gla": dict(H=4, K=256, V=512), "gdn": dict(H=6, K=256, V=512)}
 OURS = {"gla": ("gla", "ccq_gla"), "gdn": ("gated_delta_rule", "ccq_gated_delta_rule")}
 
 
-def _inputs(family, B, T, seed=0):
-    """NumPy inputs (bf16 values held as float32, gates fp32) shared by fla and ours."""
-    s = SHAPES[family]
+def _inputs(family, B, T, seed=0, shape=None):
+    """NumPy inputs (bf16 values held as float32, gates fp32) shared by fla and ours; shape: {H, K, V} in place of
+    the family's own."""
+    s = shape or SHAPES[family]
     rng = np.random.default_rng(seed)
     normal = lambda *shape: rng.standard_normal(shape).astype(np.float32)
     logsig = lambda x: -np.logaddexp(0, -x)
@@ -149,9 +150,9 @@ def _time_queued(fn, args, reps, rounds=5):
     return statistics.median(times)
 
 
-def _kernel_times(family, B, T, timed):
+def _kernel_times(family, B, T, timed, shape=None):
     """Calls timed(name, jitted kernel, *its arguments) for each Pallas kernel of `family`'s passes and of the CCQ
-    read, on the benchmark's inputs (B, T) and shapes."""
+    read, on the benchmark's inputs (B, T) and shapes (`shape`: {H, K, V} in place of the family's own)."""
     import jax
     import jax.numpy as jnp
 
@@ -161,7 +162,7 @@ def _kernel_times(family, B, T, timed):
 
     C = 64
     jit = jax.jit
-    x = _inputs(family, B, T)
+    x = _inputs(family, B, T, shape=shape)
     q, k, v, _, beta, lam, do = ours_args(x, grad=True)  # beta: the gated delta rule's (GLA: unused)
     lay = backend._layout(jnp.zeros((B, T), jnp.int32), C)
     gate = "channel" if family == "gla" else "head"
@@ -282,7 +283,7 @@ def _tilings(width, warps, stages):
             mod.launch = own_launch
 
 
-def breakdown(B, T, reps, configs, families, kernels=None):
+def breakdown(B, T, reps, configs, families, kernels=None, shape=None):
     """Times each kernel of the GLA and gated-delta-rule passes alone, for several (tile width, warps, stages)
     settings; "default" in a place keeps each kernel's own choice there. kernels: name parts; only the kernels
     whose names contain one are timed (all when None)."""
@@ -306,7 +307,7 @@ def breakdown(B, T, reps, configs, families, kernels=None):
                     t[name] = run(fn, *args)
 
             with _tilings(width, warps, stages):
-                _kernel_times(family, B, T, timed)
+                _kernel_times(family, B, T, timed, shape)
             for name, ms in t.items():  # the Mosaic GPU kernels take no tile overrides
                 tiling = ("-",) * 3 if "Mosaic GPU" in name else (width, warps, stages)
                 rows.append(dict(family=family, kernel=name, **dict(zip(("width", "warps", "stages"), tiling)), ms=ms))
@@ -335,6 +336,7 @@ def main():
     ap.add_argument("--tilings", nargs="+", default=["default", "64/4", "32/4", "64/8", "128/8"],
                     help="breakdown columns: 'default' (each kernel's own) or WIDTH/WARPS[/STAGES]")
     ap.add_argument("--kernels", nargs="+", help="breakdown: time only the kernels whose names contain one of these")
+    ap.add_argument("--shape", help="breakdown: H,K,V for every family in place of its own (the 100m GLA: 3,128,256)")
     a = ap.parse_args()
     if a.triton_state_passes:
         import ccq_jax.ops.pallas
@@ -343,7 +345,8 @@ def main():
     if a.breakdown:
         configs = [(["default"] * 3 if c == "default" else c.split("/") + ["default"])[:3] for c in a.tilings]
         configs = [tuple(int(x) if x != "default" else x for x in c) for c in configs]
-        rows = breakdown(a.batch, a.seqlens[0], a.reps, configs, a.families, a.kernels)
+        shape = dict(zip("HKV", map(int, a.shape.split(",")))) if a.shape else None
+        rows = breakdown(a.batch, a.seqlens[0], a.reps, configs, a.families, a.kernels, shape)
         json.dump(rows, open(a.out, "w"), indent=1)
         return
     rows = []

@@ -16,12 +16,14 @@ import gzip
 import json
 import pathlib
 import re
+import shutil
 import tempfile
+import time
 
 import jax
 
 from ccq_jax.configlib import parse_overrides
-from benchmarks.train_loop import case_config, device_steps, step_ms
+from benchmarks.train_loop import case_config, device_steps
 from train.sharding import make_mesh
 
 KINDS = (("matmul", r"gemm|cutlass|nvjet|cublas|xmma|sm90_"), ("copy", r"copy|transpose|memcpy|memset"),
@@ -35,42 +37,66 @@ def kind(name: str) -> str:
     return "pallas/other"
 
 
-def kernel_times(trace_dir: pathlib.Path) -> dict[str, float]:
-    """Microseconds per kernel name over the GPU tracks of the trace's Perfetto JSON."""
-    path = next(trace_dir.rglob("perfetto_trace.json.gz"))
-    events = json.loads(gzip.decompress(path.read_bytes()))
-    events = events["traceEvents"] if isinstance(events, dict) else events
+def gpu_kernels(events: list) -> list:
+    """The complete ('X') events on the GPU's stream tracks, or on any GPU track if none is named a stream."""
     tracks = {(e.get("pid"), e.get("tid")): e["args"]["name"] for e in events
               if e.get("ph") == "M" and e.get("name") == "thread_name"}
     processes = {e.get("pid"): e["args"]["name"] for e in events
                  if e.get("ph") == "M" and e.get("name") == "process_name"}
-    totals = collections.Counter()
-    for e in events:
-        if e.get("ph") != "X":
-            continue
-        where = f"{processes.get(e.get('pid'), '')} {tracks.get((e.get('pid'), e.get('tid')), '')}"
-        if "/device:GPU" in where and "Stream" in where:
-            totals[e["name"]] += float(e.get("dur", 0.0))
-    if not totals:  # name the tracks, so a trace laid out differently can be read next time
-        print("no GPU stream tracks; processes:", sorted(set(processes.values()))[:10], "tracks:",
-              sorted(set(tracks.values()))[:20])
-    return dict(totals)
+    where = {key: f"{processes.get(key[0], '')} {name}" for key, name in tracks.items()}
+    complete = [e for e in events if e.get("ph") == "X"]
+    for wanted in (lambda w: "GPU" in w and "Stream" in w, lambda w: "GPU" in w):
+        kernels = [e for e in complete if wanted(where.get((e.get("pid"), e.get("tid")), ""))]
+        if kernels:
+            return kernels
+    print("no GPU tracks; processes:", sorted(set(processes.values()))[:10], "tracks:", sorted(set(tracks.values()))[:20])
+    return []
 
 
-def trace(cfg, steps: int, mesh) -> dict:
-    run, state, batch = device_steps(cfg, steps, mesh)
-    state = jax.block_until_ready(run(state, batch))  # compiles outside the trace
+def kernel_times(path: pathlib.Path) -> tuple[dict[str, float], dict[str, dict]]:
+    """(microseconds per kernel name, the first event's args per name) over the GPU tracks of a Perfetto JSON."""
+    events = json.loads(gzip.decompress(path.read_bytes()))
+    events = events["traceEvents"] if isinstance(events, dict) else events
+    totals, args = collections.Counter(), {}
+    for e in gpu_kernels(events):
+        totals[e["name"]] += float(e.get("dur", 0.0))
+        args.setdefault(e["name"], e.get("args", {}))
+    return dict(totals), args
+
+
+def trace(run, state, batch, steps: int, keep: str | None) -> dict:
+    """Kernel time per step of `steps` steps of the compiled `run`, by kernel name and by kind."""
     with tempfile.TemporaryDirectory() as tmp:
         with jax.profiler.trace(tmp, create_perfetto_trace=True):
             jax.block_until_ready(run(state, batch))
-        totals = kernel_times(pathlib.Path(tmp))
+        path = next(pathlib.Path(tmp).rglob("perfetto_trace.json.gz"))
+        totals, args = kernel_times(path)
+        if keep:
+            pathlib.Path(keep).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, keep)
     per_step = {name: us / steps for name, us in totals.items()}
     by_kind = collections.Counter()
     for name, us in per_step.items():
         by_kind[kind(name)] += us
+    top = sorted(per_step.items(), key=lambda x: -x[1])[:40]
     return {"kernel_ms_per_step": sum(per_step.values()) / 1e3,
             "by_kind_ms": {k: v / 1e3 for k, v in by_kind.most_common()},
-            "top_kernels_ms": {n: us / 1e3 for n, us in sorted(per_step.items(), key=lambda x: -x[1])[:30]}}
+            "top_kernels_ms": {n: us / 1e3 for n, us in top},
+            "top_kernel_args": {n: args[n] for n, _ in top}}
+
+
+def measure(cfg, steps: int, trace_it: bool, keep: str | None) -> dict:
+    """Compile time, step time alone (a device loop of `steps` steps on one batch) and optionally the trace."""
+    run, state, batch = device_steps(cfg, steps, make_mesh(cfg.mesh))
+    begin = time.perf_counter()
+    state = jax.block_until_ready(run(state, batch))  # compiles
+    row = {"first_call_s": time.perf_counter() - begin}
+    begin = time.perf_counter()
+    state = jax.block_until_ready(run(state, batch))
+    row["step_ms"] = 1e3 * (time.perf_counter() - begin) / steps
+    if trace_it:
+        row.update(trace(run, state, batch, steps, keep))
+    return row
 
 
 def main(argv=None):
@@ -80,6 +106,7 @@ def main(argv=None):
     p.add_argument("--variant", action="append", default=[], metavar="LABEL:KEY=VALUE,...")
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--trace", action="store_true", help="trace the first variant's kernels")
+    p.add_argument("--keep-trace", default=None, metavar="PATH", help="copy the Perfetto trace (json.gz) there")
     p.add_argument("--out", default=None)
     a = p.parse_args(argv)
     base = parse_overrides(a.overrides)
@@ -88,15 +115,13 @@ def main(argv=None):
         label, _, changes = spec.partition(":")
         overrides = {**base, **parse_overrides([c for c in changes.split(",") if c])}
         cfg = case_config(a.case, overrides)
-        mesh = make_mesh(cfg.mesh)
-        row = {"variant": label, "overrides": overrides, "step_ms": step_ms(cfg, a.steps, mesh)}
-        if a.trace and not results:
-            row.update(trace(cfg, a.steps, mesh))
+        row = {"variant": label, "overrides": overrides,
+               **measure(cfg, a.steps, a.trace and not results, a.keep_trace)}
         results.append(row)
         print(json.dumps(row), flush=True)
-    print(f"\n{'variant':>24s}  step ms")
+    print(f"\n{'variant':>24s}  step ms  first call s")
     for row in results:
-        print(f"{row['variant']:>24s}  {row['step_ms']:7.2f}")
+        print(f"{row['variant']:>24s}  {row['step_ms']:7.2f}  {row['first_call_s']:12.1f}")
     if "by_kind_ms" in results[0]:
         print("\nfirst variant, kernel time per step by kind (ms):",
               ", ".join(f"{k} {v:.1f}" for k, v in results[0]["by_kind_ms"].items()))
