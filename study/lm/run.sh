@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# One run of the language-modelling study (study/lm/runs.yaml) on one machine: unpack the corpus, train, evaluate.
+#
+#   bash study/lm/run.sh RUN OUT [CORPUS_TAR] [--set KEY=VALUE ...]
+#
+# RUN is a run name of runs.yaml, OUT the folder for everything that should come back (metrics, logs, eval JSON
+# and PNGs; not the checkpoint), CORPUS_TAR the pack of `python -m study.debian_corpus pack` (default
+# corpus.tar.xz). Extra `--set` overrides go to ccq-train (smoke tests). The corpus is unpacked and tokenised
+# once into $STUDY_WORK (default /tmp/study); the checkpoint stays in $STUDY_WORK/runs/RUN
+# (ccq-train's workdir is $STUDY_WORK/runs). After training, the
+# evaluations run side by side as separate processes (their compilations dominate and use one core each):
+# held-out perplexity at 2048, perplexity at 2K-16K through the recurrent cache, S-NIAH single_1/2/3 at 1K-8K,
+# Delta-mu, and for CCQ models each again with CCQ off. Each writes OUT/<name>/ and OUT/<name>.log.
+set -euo pipefail
+run=$1 out=$2
+tarball=${3:-corpus.tar.xz}
+shift $(( $# < 3 ? $# : 3 ))
+py=${PYTHON:-python3}
+work=${STUDY_WORK:-/tmp/study}
+corpus=$work/corpus
+ckpt=$work/runs/$run
+mkdir -p "$out" "$work"
+begin=$(date +%s)
+stamp() { echo "[$(( $(date +%s) - begin )) s] $*" | tee -a "$out/timeline.txt"; }
+
+if [ ! -f "$corpus/shards/heldout/manifest.json" ]; then
+  $py -m study.debian_corpus unpack "$tarball" --out "$corpus" --threads "$(nproc)" > "$out/unpack.log" 2>&1
+fi
+stamp "corpus ready"
+$py -m train --config study/lm/runs.yaml --only "$run" --workdir "$work/runs" --no-progress \
+  --set "data.paths=[$corpus/shards/train]" --set "data.tokenizer=$corpus/tokenizer/tokenizer.json" "$@" \
+  > "$out/train.log" 2>&1
+cp "$ckpt"/metrics.jsonl "$work"/runs/summary.json "$work"/runs/loss_curves.png "$out/"
+stamp "trained"
+
+heldout=$corpus/documents/heldout
+evaluate() {  # NAME COMMAND [ARGS...]: one ccq-eval command on the checkpoint, in the background
+  local name=$1; shift
+  XLA_PYTHON_CLIENT_PREALLOCATE=false $py -m eval "$@" --checkpoint "$ckpt" \
+    --tokenizer "$corpus/tokenizer/tokenizer.json" --out "$out/$name" --no-progress > "$out/$name.log" 2>&1 \
+    && stamp "$name done" || stamp "$name FAILED (see $name.log)" &
+}
+modes=(on)
+case $run in ccq-*) modes+=(off) ;; esac
+for mode in "${modes[@]}"; do
+  tag=$([ "$mode" = off ] && echo "_ccq_off" || true)
+  evaluate "ppl$tag" ppl --ccq "$mode" --data "$heldout" --window 2048 --batch-size 16
+  evaluate "extrapolation$tag" extrapolation --ccq "$mode" --data "$heldout" --lengths 2048,4096,8192,16384 --pack \
+    --batch-size 16
+  evaluate "niah$tag" niah --ccq "$mode" --tasks niah_single_1,niah_single_2,niah_single_3 \
+    --lengths 1024,2048,4096,8192 --depths 0,25,50,75,100 --num-samples 4 --batch-size 20
+  evaluate "delta_mu$tag" delta-mu --ccq "$mode"
+done
+wait
+stamp "evaluated"
