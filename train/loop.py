@@ -197,6 +197,7 @@ def _host_batches(it, n: int, steps_per_call: int, mesh) -> dict:
 
 
 def _train(cfg: TrainConfig, workdir: pathlib.Path, progress: bool, preempted: _Preempted) -> dict:
+    begin = time.perf_counter()
     mesh = make_mesh(cfg.mesh)
     pipeline = build_pipeline(cfg.data)
     mcfg = model_config(cfg, pipeline.vocab_size)
@@ -219,7 +220,7 @@ def _train(cfg: TrainConfig, workdir: pathlib.Path, progress: bool, preempted: _
     main_process = jax.process_index() == 0
     if main_process:
         print(f"{cfg.name}: {cfg.model}, {n_params:,} parameters, step {start} of {cfg.steps}, "
-              f"mesh {dict(mesh.shape)}", flush=True)
+              f"mesh {dict(mesh.shape)} (set up in {time.perf_counter() - begin:.0f} s)", flush=True)
 
     writer = MetricsWriter(workdir, enabled=main_process)
     bar = progress_bar(total=cfg.steps, initial=start, desc=cfg.name, disable=not progress or not main_process)
@@ -244,7 +245,11 @@ def _train(cfg: TrainConfig, workdir: pathlib.Path, progress: bool, preempted: _
             ckpt.save(step, state, it, cfg.to_dict(), force=step == cfg.steps)
     report.flush()
     bar.close()
+    stepped = time.perf_counter()
     ckpt.close()
+    if main_process:
+        print(f"{cfg.name}: at step {int(state.step)} after {stepped - begin:.0f} s; checkpoints written "
+              f"{time.perf_counter() - stepped:.0f} s later", flush=True)
     if it is not None:
         it.close()
     writer.close()
