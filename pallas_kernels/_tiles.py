@@ -29,8 +29,24 @@ def launch(kernel, out_shape, grid, *, interpret, num_warps=4, num_stages=2, ali
     aliases: {input index: output index} for kernels that update an input in place.
     """
     params = None if interpret else pltriton.CompilerParams(num_warps=num_warps, num_stages=num_stages)
-    return pl.pallas_call(kernel, out_shape=out_shape, grid=grid, interpret=interpret, compiler_params=params,
-                          input_output_aliases=aliases or {}, name=name)
+
+    def call(*args):
+        return pl.pallas_call(kernel, out_shape=varying_outputs(out_shape, args), grid=grid, interpret=interpret,
+                              compiler_params=params, input_output_aliases=aliases or {}, name=name)(*args)
+
+    return call
+
+
+def varying_outputs(out_shape, args):
+    """out_shape (a ShapeDtypeStruct or a pytree of them) marked to vary over the manual mesh axes that the
+    kernel's inputs vary over: inside `jax.shard_map` (with its default checks) each shard's outputs are its own.
+    Outside shard_map the shapes are returned as they are."""
+    axes = frozenset().union(*(jax.typeof(a).mat.varying for a in jax.tree.leaves(args)))
+    if not axes:
+        return out_shape
+    mark = lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=s.sharding,
+                                          manual_axis_type=jax.sharding.ManualAxisType(varying=axes))
+    return jax.tree.map(mark, out_shape)
 
 
 def dot(a, b, *, trans_a=False, trans_b=False):

@@ -7,6 +7,19 @@ L2_NORM_EPS = 1e-6
 HIGHEST = jax.lax.Precision.HIGHEST
 
 
+def vary_like(tree, *refs):
+    """`tree` with every leaf cast to vary over the manual mesh axes (inside `jax.shard_map`) that any of `refs`
+    varies over; outside shard_map, or where it already does, the leaves are returned as they are. A scan's
+    initial carry (zeros, or a state shared by all shards) must vary like the values its body computes."""
+    axes = frozenset().union(*(jax.typeof(r).mat.varying for r in jax.tree.leaves(refs)))
+
+    def cast(x):
+        missing = tuple(sorted(axes - jax.typeof(x).mat.varying))
+        return jax.lax.pcast(x, missing, to="varying") if missing else x
+
+    return jax.tree.map(cast, tree) if axes else tree
+
+
 def accum_dtype(*xs: jax.Array) -> jnp.dtype:
     """fp32, or fp64 when an input is fp64 (x64 runs of the ground truth)."""
     return jnp.result_type(jnp.float32, *[x.dtype for x in xs])

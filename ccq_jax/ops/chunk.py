@@ -20,7 +20,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from ccq_jax.ops._common import HIGHEST, accum_dtype, ccq_correction, ccq_keys
+from ccq_jax.ops._common import HIGHEST, accum_dtype, ccq_correction, ccq_keys, vary_like
 from ccq_jax.ops.types import CCQStats
 
 SUB_CHUNK = 16
@@ -86,7 +86,8 @@ def _state_pass(decay, delta, init):
         return new, state
 
     move = lambda x: jnp.moveaxis(x, 2, 0)
-    final, entering = jax.lax.scan(step, init, (move(decay), jax.tree.map(move, delta)))
+    xs = (move(decay), jax.tree.map(move, delta))
+    final, entering = jax.lax.scan(step, vary_like(init, xs), xs)
     return jax.tree.map(lambda x: jnp.moveaxis(x, 0, 2), entering), final
 
 
@@ -209,7 +210,8 @@ def gated_delta_rule(q, k, v, g, beta, *, scale, initial_state, docs, chunk_size
         return new, state
 
     move = lambda x: jnp.moveaxis(x, 2, 0)
-    final, entering = jax.lax.scan(step, initial_state.astype(f), (move(decay), move(transition), move(delta)))
+    xs = (move(decay), move(transition), move(delta))
+    final, entering = jax.lax.scan(step, vary_like(initial_state.astype(f), xs), xs)
     entering = jnp.moveaxis(entering, 0, 2)  # [B, H, N, K, V]
 
     u = u_v - _mm("...ck,...kv->...cv", w, entering, f)

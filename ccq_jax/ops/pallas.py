@@ -33,7 +33,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from ccq_jax.ops._common import HIGHEST, L2_NORM_EPS
+from ccq_jax.ops._common import HIGHEST, L2_NORM_EPS, vary_like
 from ccq_jax.ops.chunk import _doc_masks, _masked_exp, _mm
 from ccq_jax.ops.scan import _diagonal_scan, _fold_initial
 from ccq_jax.ops.types import CCQStats
@@ -205,7 +205,8 @@ def _backbone_inputs(q, k, v, initial_state, chunk_size, gpu_max_chunk=None):
     dtype = jnp.result_type(q, k, v)
     padded = [_pad(x.astype(dtype), tp, w) for x, w in ((q, kp), (k, kp), (v, vp))]
     undo = lambda o, final: (o[:, :t, :, :dv], final[:, :, :dk, :dv])
-    return chunk, tp, kp, padded, _pad_state(initial_state, kp, vp), undo
+    # the state varies like the inputs inside shard_map (the custom VJPs' cotangents must match their inputs)
+    return chunk, tp, kp, padded, vary_like(_pad_state(initial_state, kp, vp), padded), undo
 
 
 def gla(q, k, v, g, *, scale, initial_state, docs, chunk_size=64):
@@ -307,8 +308,8 @@ def ccq_query(q, k, lam, *, centered, normalize_keys, initial_stats, docs, chunk
     tp, kp = t + (-t % chunk), _width(dk)
     dtype = jnp.result_type(q, k)
     padded = [_pad(x.astype(dtype), tp, kp) for x in (q, k)]
-    q_clean, stats = _ccq_read(*padded, _pad(lam, tp), *_stats_inputs(initial_stats, kp), _layout(docs, chunk), chunk,
-                               centered, normalize_keys)
+    q_clean, stats = _ccq_read(*padded, _pad(lam, tp), *vary_like(_stats_inputs(initial_stats, kp), padded),
+                               _layout(docs, chunk), chunk, centered, normalize_keys)
     return q_clean[:, :t, :, :dk], _stats_outputs(stats, dk)
 
 
@@ -353,7 +354,8 @@ def _ccq_with(backbone, inputs, rest, lam, initial_stats, centered, normalize_ke
     `rest` (padded): o, (final state, final statistics)."""
     chunk, tp, kp, (q, k, _), h0, undo = inputs
     o, final, stats = _ccq_backbone(backbone, chunk, centered, normalize_keys, q, k, _pad(lam, tp),
-                                    *_stats_inputs(initial_stats, kp), rest, h0, _layout(docs, chunk))
+                                    *vary_like(_stats_inputs(initial_stats, kp), (q, k)), rest, h0,
+                                    _layout(docs, chunk))
     o, final = undo(o, final)
     return o, (final, _stats_outputs(stats, initial_stats.key_sum.shape[-1]))
 

@@ -8,7 +8,7 @@ increases). Each returns the per-token outputs and the final state.
 import jax
 import jax.numpy as jnp
 
-from ccq_jax.ops._common import HIGHEST, accum_dtype, ccq_correction, ccq_keys, resets
+from ccq_jax.ops._common import HIGHEST, accum_dtype, ccq_correction, ccq_keys, resets, vary_like
 from ccq_jax.ops.types import CCQStats
 
 
@@ -31,7 +31,7 @@ def gla(q, k, v, g, *, scale, initial_state, docs):
         state = _zero_where(r_t, state) * jnp.exp(g_t)[..., None] + k_t[..., None] * v_t[..., None, :]
         return state, scale * jnp.einsum("bhk,bhkv->bhv", q_t, state, precision=HIGHEST)
 
-    final, o = jax.lax.scan(step, initial_state.astype(f), xs)
+    final, o = jax.lax.scan(step, vary_like(initial_state.astype(f), xs), xs)
     return jnp.moveaxis(o, 0, 1).astype(v.dtype), final
 
 
@@ -47,7 +47,7 @@ def gated_delta_rule(q, k, v, g, beta, *, scale, initial_state, docs):
         state = state + k_t[..., None] * u[..., None, :]
         return state, scale * jnp.einsum("bhk,bhkv->bhv", q_t, state, precision=HIGHEST)
 
-    final, o = jax.lax.scan(step, initial_state.astype(f), xs)
+    final, o = jax.lax.scan(step, vary_like(initial_state.astype(f), xs), xs)
     return jnp.moveaxis(o, 0, 1).astype(v.dtype), final
 
 
@@ -66,5 +66,5 @@ def ccq_query(q, k, lam, *, centered, normalize_keys, initial_stats, docs):
         return stats, q_t - lam_t[..., None] * sigma_q
 
     init = CCQStats(*(s.astype(f) for s in initial_stats))
-    final, q_clean = jax.lax.scan(step, init, xs)
+    final, q_clean = jax.lax.scan(step, vary_like(init, xs), xs)
     return jnp.moveaxis(q_clean, 0, 1).astype(q.dtype), final

@@ -130,3 +130,13 @@ def test_mosaic_passes_compile_without_spills(tmp_path):
         spills = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", report)
         assert spills and spills.groups() == ("0", "0"), (kernel, report)
         assert "are serialized" not in report, (kernel, report)
+
+
+def test_pallas_ops_inside_shard_map_match_the_unsharded_ops():
+    """tests/ops/shard_map_check.py with impl="pallas" on this machine's GPUs (the CPU suite runs it for the
+    recurrent and chunk forms; on a CPU, JAX's HLO interpreter refuses the kernels inside shard_map)."""
+    root = Path(__file__).resolve().parents[2]
+    out = subprocess.run([sys.executable, "-m", "tests.ops.shard_map_check", "pallas"], cwd=root, capture_output=True,
+                         text=True, timeout=900, env={**os.environ, "PYTHONPATH": str(root)})
+    assert out.returncode == 0, (out.stdout + out.stderr)[-3000:]
+    assert float(out.stdout.strip().splitlines()[-1].split()[-1]) < 1e-5, out.stdout
