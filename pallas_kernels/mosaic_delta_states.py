@@ -82,7 +82,13 @@ def _launch(kernel, outs, scratch, *, dv, batch_heads, name):
 def _place(heads):
     """(this warpgroup's index, the block's batch row and head) inside a `_launch` kernel."""
     wg, bh = lax.axis_index("wg"), lax.axis_index("bh")
+    heads = jnp.asarray(heads, bh.dtype)  # a Python int would be int64 under jax_enable_x64
     return wg, lax.div(bh, heads), lax.rem(bh, heads)
+
+
+def _slot(n):
+    """Which of two buffers chunk n uses: n mod 2 in int32 (a Python int 2 would be int64 under jax_enable_x64)."""
+    return lax.rem(jnp.asarray(n, jnp.int32), jnp.int32(2))
 
 
 def _columns(wg):
@@ -150,13 +156,13 @@ def state_pass(w, values, k, write, decay, h0, *, chunk, store):
         s_ref, stage = s_smem.at[wg], stage_smem.at[wg]
 
         def fetch_values(n):  # into one of the warpgroup's two slots, a chunk ahead
-            slot = lax.rem(n, 2)
+            slot = _slot(n)
             plgpu.copy_gmem_to_smem(u_g.at[b, rows_of(n), h, cols], u_smem.at[wg, slot], u_ready.at[2 * wg + slot])
 
         def step(indices, *refs):
             (n,) = indices
             *w_ref, k_ref, f_ref, S = refs
-            slot = lax.rem(n, 2)
+            slot = _slot(n)
             u_ref = u_smem.at[wg, slot]
             decay = d_g[b, h, n]  # a load from memory: issued first
             plgpu.wait_smem_to_gmem(0, wait_read_only=True)  # the last chunk's state and v_new have left

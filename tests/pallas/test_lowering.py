@@ -7,13 +7,25 @@ dims (`benchmarks.kernel_resources.lowered_kernels`, which test_resources.py als
 Compiling the Triton IR to machine code for a real launch still needs a GPU (test_gpu.py).
 """
 
+import jax
 import pytest
 
 from benchmarks.kernel_resources import lowered_kernels
 
+CASES = [("gla", 11, 0), ("gated_delta_rule", 9, 3), ("ccq_query", 11, 0), ("ccq_gla", 22, 0),
+         ("ccq_gated_delta_rule", 20, 3)]  # (op, Triton kernels, Mosaic GPU kernels) of its forward and backward
 
-@pytest.mark.parametrize("name,kernels,mosaic", [("gla", 11, 0), ("gated_delta_rule", 9, 3), ("ccq_query", 11, 0),
-                                                 ("ccq_gla", 22, 0), ("ccq_gated_delta_rule", 20, 3)])
+
+@pytest.mark.parametrize("name,kernels,mosaic", CASES)
 def test_lowers_to_triton_and_mosaic_gpu(name, kernels, mosaic):
     triton, n_mosaic = lowered_kernels(name, "bfloat16")
     assert (len(triton), n_mosaic) == (kernels, mosaic)
+
+
+@pytest.mark.parametrize("name", [name for name, _, _ in CASES])
+def test_lowers_with_x64_enabled(name):
+    """With jax_enable_x64 a Python int in a kernel becomes int64: every kernel must still trace and lower."""
+    with jax.enable_x64(True):
+        triton, n_mosaic = lowered_kernels(name, "bfloat16")
+    want = dict((n, (k, m)) for n, k, m in CASES)[name]
+    assert (len(triton), n_mosaic) == want
