@@ -48,8 +48,13 @@ MOSAIC_STATE_PASSES = True
 
 
 def _interpret():
-    """Kernels compile (Triton) on a GPU and are interpreted everywhere else."""
-    return jax.default_backend() != "gpu"
+    """Kernels compile (Triton, Mosaic GPU) on a GPU and are interpreted on a CPU (tests); no other platform has
+    them yet, and interpreting them there would be the slowest path there is: a ValueError instead."""
+    platform = jax.default_backend()
+    if platform not in ("gpu", "cpu"):
+        raise ValueError(f"impl: 'pallas' has no kernels for platform {platform!r} yet (they compile on a GPU and "
+                         f"run interpreted on a CPU); use impl='chunk' there")
+    return platform == "cpu"
 
 
 def _mosaic_state_pass(k, values, chunk, store, interpret):

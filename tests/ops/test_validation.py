@@ -80,3 +80,11 @@ def test_range_checks_are_skipped_under_jit_but_shapes_are_not(x):
     jax.jit(lambda g: ops.gla(x["q"], x["k"], x["v"], g)[0])(bad_g)  # no value to check while tracing
     with pytest.raises(ValueError, match=r"g: expected shape"):
         jax.jit(lambda g: ops.gla(x["q"], x["k"], x["v"], g)[0])(bad_g[..., :3])
+
+
+def test_pallas_refuses_a_platform_without_its_kernels(monkeypatch):
+    """On a TPU (no kernels yet) impl="pallas" must not fall back to the interpreted GPU kernels in silence."""
+    monkeypatch.setattr(jax, "default_backend", lambda: "tpu")
+    q = np.full((1, 11, 1, 16), 0.1, np.float32)  # a shape no other test traces: the jit cache must not answer
+    with pytest.raises(ValueError, match=r"impl: 'pallas' has no kernels for platform 'tpu' yet .*impl='chunk'"):
+        ops.gla(q, q, q, -q, impl="pallas")
