@@ -11,6 +11,8 @@
 # evaluations run side by side as separate processes (their compilations dominate and use one core each):
 # held-out perplexity at 2048, perplexity at 2K-16K through the recurrent cache, S-NIAH single_1/2/3 at 1K-8K,
 # Delta-mu, and for CCQ models each again with CCQ off. Each writes OUT/<name>/ and OUT/<name>.log.
+# RETRIEVAL_DOCUMENTS=N (default 0: none) adds N S-NIAH-format documents to the training data
+# (study/retrieval_docs.py; the docs that report such a run must say so).
 set -euo pipefail
 run=$1 out=$2
 tarball=${3:-corpus.tar.xz}
@@ -26,9 +28,21 @@ stamp() { echo "[$(( $(date +%s) - begin )) s] $*" | tee -a "$out/timeline.txt";
 if [ ! -f "$corpus/shards/heldout/manifest.json" ]; then
   $py -m study.debian_corpus unpack "$tarball" --out "$corpus" --threads "$(nproc)" > "$out/unpack.log" 2>&1
 fi
+paths=$corpus/shards/train
+if [ "${RETRIEVAL_DOCUMENTS:-0}" -gt 0 ]; then
+  extra=$corpus/retrieval_$RETRIEVAL_DOCUMENTS
+  if [ ! -f "$extra/shards/manifest.json" ]; then
+    $py -m study.retrieval_docs --corpus "$corpus" --documents "$RETRIEVAL_DOCUMENTS" --out "$extra/niah.jsonl" \
+      > "$out/retrieval_docs.log" 2>&1
+    $py -m train.data.prepare --source jsonl --paths "$extra/niah.jsonl" \
+      --tokenizer "$corpus/tokenizer/tokenizer.json" --output "$extra/shards" --threads "$(nproc)" \
+      >> "$out/retrieval_docs.log" 2>&1
+  fi
+  paths=$paths,$extra/shards
+fi
 stamp "corpus ready"
 $py -m train --config study/lm/runs.yaml --only "$run" --workdir "$work/runs" --no-progress \
-  --set "data.paths=[$corpus/shards/train]" --set "data.tokenizer=$corpus/tokenizer/tokenizer.json" "$@" \
+  --set "data.paths=[$paths]" --set "data.tokenizer=$corpus/tokenizer/tokenizer.json" "$@" \
   > "$out/train.log" 2>&1
 cp "$ckpt"/metrics.jsonl "$work"/runs/summary.json "$work"/runs/loss_curves.png "$out/"
 stamp "trained"
