@@ -51,7 +51,7 @@ class CompileCounter:
 
 def measure(preset, batch_size, seqlen, steps, warmup, peak_tflops, attn_impl, param_dtype="float32", remat=False,
             loss_chunk_len=0, memory_only=False):
-    overrides = dict(dtype="bfloat16", param_dtype=param_dtype, remat=remat)
+    overrides = dict(dtype="bfloat16", param_dtype=param_dtype, remat_policy="block" if remat else "elementwise")
     if attn_impl and not preset.startswith("transformer"):
         overrides["attn_impl"] = attn_impl
     cfg = get_config(preset, **overrides)

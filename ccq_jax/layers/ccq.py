@@ -21,6 +21,7 @@ from flax import nnx
 from ccq_jax import configlib
 from ccq_jax import checks as check
 from ccq_jax.layers.params import param
+from ccq_jax.layers.remat import maybe_recomputed
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -46,8 +47,10 @@ class CCQConfig:
 class CCQGate(nnx.Module):
     """lambda [B, T, H] (fp32) from the queries [B, T, H, K] the backbone reads with."""
 
-    def __init__(self, num_heads: int, head_dim: int, cfg: CCQConfig, *, param_dtype=jnp.float32):
+    def __init__(self, num_heads: int, head_dim: int, cfg: CCQConfig, *, param_dtype=jnp.float32,
+                 recompute: bool = True):
         self.cfg = cfg
+        self.recompute = recompute  # see ccq_jax.layers.remat
         self.weight = param(jax.nn.initializers.zeros, None, (num_heads, head_dim), ("heads", "kv"), param_dtype)
         self.bias = param(jax.nn.initializers.constant(cfg.gate_bias_init), None, (num_heads,), ("heads",),
                           param_dtype)
@@ -57,7 +60,7 @@ class CCQGate(nnx.Module):
             return jnp.full(q.shape[:3], self.cfg.fixed_lambda, jnp.float32)
         if self.cfg.mode != "learned":
             raise ValueError(f"ccq.mode: the gate is not used in mode {self.cfg.mode!r}")
-        return _learned_gate(q, self.weight[...], self.bias[...])
+        return maybe_recomputed(_learned_gate, self.recompute)(q, self.weight[...], self.bias[...])
 
 
 @jax.checkpoint

@@ -14,12 +14,14 @@ import jax.numpy as jnp
 from flax import nnx
 
 from ccq_jax.layers.params import normal, param
+from ccq_jax.layers.remat import maybe_recomputed
 
 
 class ShortConvolution(nnx.Module):
     def __init__(self, channels: int, kernel_size: int, *, std: float, rngs: nnx.Rngs, dtype=None,
-                 param_dtype=jnp.float32):
+                 param_dtype=jnp.float32, recompute: bool = True):
         self.kernel_size = kernel_size
+        self.recompute = recompute  # see ccq_jax.layers.remat
         self.dtype = dtype
         self.kernel = param(normal(std), rngs.params(), (kernel_size, channels), ("conv", "heads"), param_dtype)
 
@@ -40,7 +42,8 @@ class ShortConvolution(nnx.Module):
         ext_docs = jnp.concatenate([jnp.broadcast_to(docs[:, :1], (b, width - 1)), docs], axis=1)
         in_last = (ext_docs[:, t:] == docs[:, -1:])[..., None]
         new_tail = jnp.where(in_last, ext[:, t:], jnp.zeros((), x.dtype))
-        return causal_conv_silu(ext, ext_docs, docs, self.kernel[...], dtype), new_tail
+        conv = maybe_recomputed(causal_conv_silu, self.recompute)
+        return conv(ext, ext_docs, docs, self.kernel[...], dtype), new_tail
 
 
 @functools.partial(jax.checkpoint, static_argnums=(4,))

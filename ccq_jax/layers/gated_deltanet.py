@@ -26,6 +26,7 @@ from ccq_jax.layers.ccq import CCQConfig
 from ccq_jax.layers.norm import GatedRMSNorm, RMSNorm
 from ccq_jax.layers.params import linear, param
 from ccq_jax.layers.recurrent import RecurrentMixer
+from ccq_jax.layers.remat import maybe_recomputed
 from ccq_jax.layers.shapes import split_heads
 from ccq_jax.ops import l2_normalize
 
@@ -72,7 +73,7 @@ class GatedDeltaNet(RecurrentMixer):
                  conv_size: int = 4, allow_neg_eigval: bool = False, norm_eps: float = 1e-5,
                  ccq: CCQConfig | None = None, attn_impl: str = "chunk", decode_impl: str = "recurrent",
                  chunk_size: int | None = None, initializer_range: float = 0.02, dtype=None,
-                 param_dtype=jnp.float32, rngs: nnx.Rngs):
+                 param_dtype=jnp.float32, recompute: bool = True, rngs: nnx.Rngs):
         d = gdn_dims(num_heads, head_dim, expand_v, num_v_heads)
         if not use_short_conv:
             warnings.warn("GatedDeltaNet: use_short_conv=False; fla calls the short convolutions crucial to "
@@ -90,16 +91,18 @@ class GatedDeltaNet(RecurrentMixer):
         if use_gate:
             self.g_proj = linear(hidden_size, d.value_dim, ("embed", "heads"), **kw)
         norm_cls = GatedRMSNorm if use_gate else RMSNorm
-        self.o_norm = norm_cls(d.head_v_dim, eps=norm_eps, dtype=dtype, param_dtype=param_dtype, axis="kv")
+        self.o_norm = norm_cls(d.head_v_dim, eps=norm_eps, dtype=dtype, param_dtype=param_dtype, axis="kv",
+                               recompute=recompute)
         self.o_proj = linear(d.value_dim, hidden_size, ("heads", "embed"), **kw)
         conv = (d.key_dim, d.key_dim, d.value_dim) if use_short_conv else None
         self._setup(state_heads=d.num_v_heads, head_k_dim=head_dim, head_v_dim=d.head_v_dim, conv_channels=conv,
                     conv_size=conv_size, ccq=ccq, attn_impl=attn_impl, decode_impl=decode_impl,
-                    chunk_size=chunk_size, **kw)
+                    chunk_size=chunk_size, recompute=recompute, **kw)
 
     def _qk_heads(self, x):
         """[B, T, H*K] -> l2-normalised [B, T, HV, K] (each query/key head repeated for its value heads)."""
-        return jnp.repeat(_l2_normalized(split_heads(x, self.head_dim)), self.dims.num_v_heads // self.num_heads,
+        normalized = maybe_recomputed(_l2_normalized, self.recompute)(split_heads(x, self.head_dim))
+        return jnp.repeat(normalized, self.dims.num_v_heads // self.num_heads,
                           axis=2)
 
     def __call__(self, x: jax.Array, *, segment_ids: jax.Array | None = None, cache=None):

@@ -23,6 +23,7 @@ from ccq_jax.layers.ccq import CCQConfig
 from ccq_jax.layers.norm import GatedRMSNorm, RMSNorm
 from ccq_jax.layers.params import linear
 from ccq_jax.layers.recurrent import RecurrentMixer
+from ccq_jax.layers.remat import maybe_recomputed
 from ccq_jax.layers.shapes import split_heads
 
 
@@ -58,7 +59,8 @@ class GatedLinearAttention(RecurrentMixer):
                  use_output_gate: bool = True, norm_eps: float = 1e-5, gate_low_rank_dim: int = 16,
                  gate_logit_normalizer: float = 16, clamp_min: float | None = None, ccq: CCQConfig | None = None,
                  attn_impl: str = "chunk", decode_impl: str = "recurrent", chunk_size: int | None = None,
-                 initializer_range: float = 0.02, dtype=None, param_dtype=jnp.float32, rngs: nnx.Rngs):
+                 initializer_range: float = 0.02, dtype=None, param_dtype=jnp.float32, recompute: bool = True,
+                 rngs: nnx.Rngs):
         d = gla_dims(hidden_size, num_heads, num_kv_heads, expand_k, expand_v)
         self.num_heads, self.dims = num_heads, d
         self.gate_logit_normalizer, self.clamp_min = gate_logit_normalizer, clamp_min
@@ -75,7 +77,7 @@ class GatedLinearAttention(RecurrentMixer):
             linear(gate_low_rank_dim, d.key_dim // groups, (None, "heads"), use_bias=True, **kw),
         ])
         self.o_proj = linear(d.value_dim, hidden_size, ("heads", "embed"), **kw)
-        norm_kw = dict(eps=norm_eps, dtype=dtype, param_dtype=param_dtype, axis="kv")
+        norm_kw = dict(eps=norm_eps, dtype=dtype, param_dtype=param_dtype, axis="kv", recompute=recompute)
         if use_output_gate:
             self.g_norm_swish_gate = GatedRMSNorm(d.head_v_dim, **norm_kw)
         else:
@@ -83,7 +85,7 @@ class GatedLinearAttention(RecurrentMixer):
         conv = (d.key_dim, d.key_dim // groups, d.value_dim // groups) if use_short_conv else None
         self._setup(state_heads=num_heads, head_k_dim=d.head_k_dim, head_v_dim=d.head_v_dim, conv_channels=conv,
                     conv_size=conv_size, ccq=ccq, attn_impl=attn_impl, decode_impl=decode_impl,
-                    chunk_size=chunk_size, **kw)
+                    chunk_size=chunk_size, recompute=recompute, **kw)
 
     def _expand(self, x, head_dim):
         """[B, T, Hkv*D] -> [B, T, H, D], each kv head serving num_heads / num_kv_heads query heads."""
@@ -95,7 +97,7 @@ class GatedLinearAttention(RecurrentMixer):
         gk = self.gk_proj[1](self.gk_proj[0](x))
         dk, dv = self.dims.head_k_dim, self.dims.head_v_dim
         q, k, v, gk = split_heads(q, dk), self._expand(k, dk), self._expand(v, dv), self._expand(gk, dk)
-        gk = _log_gates(gk, self.gate_logit_normalizer, self.clamp_min)
+        gk = maybe_recomputed(_log_gates, self.recompute)(gk, self.gate_logit_normalizer, self.clamp_min)
         o, state, stats = self._read("gla", q, k, (v, gk), segment_ids=segment_ids, cache=cache)
         norm = self.g_norm_swish_gate if self.use_output_gate else self.g_norm
         return self._output(o, x, norm, self.use_output_gate), self._new_cache(cache, state, stats, conv)

@@ -7,6 +7,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from ccq_jax.layers.params import linear
+from ccq_jax.layers.remat import maybe_recomputed
 
 
 def mlp_width(hidden_size: int, hidden_ratio: int = 4, intermediate_size: int | None = None) -> int:
@@ -19,14 +20,16 @@ def mlp_width(hidden_size: int, hidden_ratio: int = 4, intermediate_size: int | 
 
 class GatedMLP(nnx.Module):
     def __init__(self, hidden_size: int, intermediate_size: int, *, std: float, rngs: nnx.Rngs, dtype=None,
-                 param_dtype=jnp.float32):
+                 param_dtype=jnp.float32, recompute: bool = True):
+        self.recompute = recompute  # see ccq_jax.layers.remat
         kw = dict(std=std, rngs=rngs, dtype=dtype, param_dtype=param_dtype)
         self.gate_proj = linear(hidden_size, intermediate_size, ("embed", "mlp"), **kw)
         self.up_proj = linear(hidden_size, intermediate_size, ("embed", "mlp"), **kw)
         self.down_proj = linear(intermediate_size, hidden_size, ("mlp", "embed"), **kw)
 
     def __call__(self, x: jax.Array) -> jax.Array:
-        return swiglu_down(self.gate_proj(x), self.up_proj(x), self.down_proj.kernel[...], self.down_proj.dtype)
+        down = maybe_recomputed(swiglu_down, self.recompute)
+        return down(self.gate_proj(x), self.up_proj(x), self.down_proj.kernel[...], self.down_proj.dtype)
 
 
 @functools.partial(jax.checkpoint, static_argnums=(3,))

@@ -7,6 +7,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from ccq_jax.layers.params import param
+from ccq_jax.layers.remat import maybe_recomputed
 
 
 def _rms_normalize(x, weight, eps):
@@ -34,21 +35,23 @@ class RMSNorm(nnx.Module):
     """x / sqrt(mean(x^2) + eps) * weight over the last axis, in fp32; returned in `dtype` (default: x's).
 
     `weight [D]` starts at ones; `axis` is its logical sharding name ("norm" over the model
-    width, "kv" over one head's features).
+    width, "kv" over one head's features); `recompute`: see `ccq_jax.layers.remat`.
     """
 
     def __init__(self, num_features: int, *, eps: float = 1e-6, dtype=None, param_dtype=jnp.float32,
-                 axis: str = "norm"):
+                 axis: str = "norm", recompute: bool = True):
         self.eps = eps
         self.dtype = dtype
+        self.recompute = recompute
         self.weight = param(jax.nn.initializers.ones, None, (num_features,), (axis,), param_dtype)
 
     def __call__(self, x: jax.Array) -> jax.Array:
-        return rms_norm(x, self.weight[...], self.eps, self.dtype or x.dtype)
+        return maybe_recomputed(rms_norm, self.recompute)(x, self.weight[...], self.eps, self.dtype or x.dtype)
 
 
 class GatedRMSNorm(RMSNorm):
     """fla's `FusedRMSNormGated` (swish): rmsnorm(x) * weight * silu(gate), in fp32."""
 
     def __call__(self, x: jax.Array, gate: jax.Array) -> jax.Array:
-        return gated_rms_norm(x, gate, self.weight[...], self.eps, self.dtype or x.dtype)
+        norm = maybe_recomputed(gated_rms_norm, self.recompute)
+        return norm(x, gate, self.weight[...], self.eps, self.dtype or x.dtype)

@@ -27,18 +27,20 @@ class RecurrentMixer(nnx.Module):
     """Base of the linear-attention layers; subclasses call `_setup`, then `_project`, `_read` and `_output`."""
 
     def _setup(self, *, state_heads, head_k_dim, head_v_dim, conv_channels, conv_size, ccq, attn_impl,
-               decode_impl, chunk_size, std, rngs, dtype, param_dtype):
-        """conv_channels: (q, k, v) widths for the short convs, or None for no convs."""
+               decode_impl, chunk_size, std, rngs, dtype, param_dtype, recompute):
+        """conv_channels: (q, k, v) widths for the short convs, or None for no convs; recompute: see
+        `ccq_jax.layers.remat`."""
+        self.recompute = recompute
         self.state_heads, self.head_k_dim, self.head_v_dim = state_heads, head_k_dim, head_v_dim
         self.attn_impl, self.decode_impl, self.chunk_size = attn_impl, decode_impl, chunk_size
         self.dtype, self.param_dtype = dtype, param_dtype
         self.ccq_config = ccq
         self.use_short_conv = conv_channels is not None
         if self.use_short_conv:
-            kw = dict(std=std, rngs=rngs, dtype=dtype, param_dtype=param_dtype)
+            kw = dict(std=std, rngs=rngs, dtype=dtype, param_dtype=param_dtype, recompute=recompute)
             self.q_conv1d, self.k_conv1d, self.v_conv1d = (ShortConvolution(c, conv_size, **kw) for c in conv_channels)
         if ccq is not None:
-            self.ccq = CCQGate(state_heads, head_k_dim, ccq, param_dtype=param_dtype)
+            self.ccq = CCQGate(state_heads, head_k_dim, ccq, param_dtype=param_dtype, recompute=recompute)
 
     @property
     def _ccq_on(self) -> bool:

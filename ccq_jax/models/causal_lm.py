@@ -24,7 +24,8 @@ def _mixer(cfg: ModelConfig, rngs: nnx.Rngs) -> nnx.Module:
         return Attention(cfg.hidden_size, num_heads=cfg.num_heads, num_kv_heads=cfg.num_kv_heads,
                          rope_theta=cfg.rope_theta, attn_impl=cfg.attn_impl, **common)
     common.update(ccq=cfg.ccq, attn_impl=cfg.attn_impl, decode_impl=cfg.decode_impl, chunk_size=cfg.chunk_size,
-                  use_short_conv=cfg.use_short_conv, conv_size=cfg.conv_size, norm_eps=cfg.norm_eps)
+                  use_short_conv=cfg.use_short_conv, conv_size=cfg.conv_size, norm_eps=cfg.norm_eps,
+                  recompute=cfg.recompute_elementwise)
     if isinstance(cfg, GLAConfig):
         return GatedLinearAttention(
             cfg.hidden_size, num_heads=cfg.num_heads, num_kv_heads=cfg.num_kv_heads, expand_k=cfg.expand_k,
@@ -42,12 +43,13 @@ class Block(nnx.Module):
     """x + attn(attn_norm(x)), then + mlp(mlp_norm(.)) (fla's pre-norm block)."""
 
     def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
-        norm = dict(eps=cfg.norm_eps, dtype=cfg.compute_dtype, param_dtype=cfg.params_dtype)
+        norm = dict(eps=cfg.norm_eps, dtype=cfg.compute_dtype, param_dtype=cfg.params_dtype,
+                    recompute=cfg.recompute_elementwise)
         self.attn_norm = RMSNorm(cfg.hidden_size, **norm)
         self.attn = _mixer(cfg, rngs)
         self.mlp_norm = RMSNorm(cfg.hidden_size, **norm)
         self.mlp = GatedMLP(cfg.hidden_size, cfg.mlp_width, std=cfg.initializer_range, rngs=rngs,
-                            dtype=cfg.compute_dtype, param_dtype=cfg.params_dtype)
+                            dtype=cfg.compute_dtype, param_dtype=cfg.params_dtype, recompute=cfg.recompute_elementwise)
 
     def __call__(self, x, segment_ids, cache):
         h, cache = self.attn(self.attn_norm(x), segment_ids=segment_ids, cache=cache)
@@ -57,7 +59,7 @@ class Block(nnx.Module):
 
 @nnx.remat
 def _rematerialised_block(block, x, segment_ids):
-    """A block whose activations are recomputed in the backward pass instead of stored (config.remat)."""
+    """A block whose activations are recomputed in the backward pass instead of stored (remat_policy "block")."""
     return block(x, segment_ids, None)
 
 
@@ -79,7 +81,8 @@ class CausalLM(nnx.Module):
         self.embeddings = nnx.Embed(config.vocab_size, config.hidden_size, dtype=dt, param_dtype=pdt,
                                     embedding_init=sharded(normal(std), "vocab", "embed"), rngs=rngs)
         self.layers = nnx.List([Block(config, rngs=rngs) for _ in range(config.num_hidden_layers)])
-        self.norm = RMSNorm(config.hidden_size, eps=config.norm_eps, dtype=dt, param_dtype=pdt)
+        self.norm = RMSNorm(config.hidden_size, eps=config.norm_eps, dtype=dt, param_dtype=pdt,
+                            recompute=config.recompute_elementwise)
         if not config.tie_word_embeddings:
             self.lm_head = linear(config.hidden_size, config.vocab_size, ("embed", "vocab"), std=std, rngs=rngs,
                                   dtype=dt, param_dtype=pdt)
@@ -104,7 +107,7 @@ class CausalLM(nnx.Module):
         x = self.embeddings(input_ids)
         new_cache = []
         for i, layer in enumerate(self.layers):
-            if self.config.remat and cache is None:
+            if self.config.remat_policy == "block" and cache is None:
                 x, layer_cache = _rematerialised_block(layer, x, segment_ids)
             else:
                 x, layer_cache = layer(x, segment_ids, None if cache is None else cache[i])

@@ -43,7 +43,14 @@ class ModelConfig:
     tie_word_embeddings: bool = False
     dtype: DType = "float32"
     param_dtype: DType = "float32"
-    remat: bool = False  # recompute each block's activations in the backward pass (training memory)
+    # what the backward pass recomputes instead of storing: "elementwise" the norms, gates, short convolutions
+    # and the SwiGLU product (ccq_jax.layers.remat); "block" every block whole; "none" nothing
+    remat_policy: Literal["none", "elementwise", "block"] = "elementwise"
+
+    @property
+    def recompute_elementwise(self) -> bool:
+        """Whether the layers recompute their elementwise pieces (`ccq_jax.layers.remat`)."""
+        return self.remat_policy != "none"
 
     def __post_init__(self):
         configlib.check_field_types(self)

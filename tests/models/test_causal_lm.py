@@ -93,18 +93,20 @@ def test_input_checks():
         CausalLM({"hidden_size": 64}, rngs=nnx.Rngs(0))
 
 
-def test_remat_recomputes_blocks_without_changing_loss_or_gradients():
-    name, overrides = CASES["ccq-gla"]
+@pytest.mark.parametrize("name", ["ccq-gla", "ccq-gdn"])
+def test_remat_policies_recompute_more_or_less_without_changing_loss_or_gradients(name):
+    name, overrides = CASES[name]
     ids = token_ids((2, 13))
     results, checkpoints = [], []
-    for remat in (False, True):
-        graphdef, params = nnx.split(build(name, dict(overrides, remat=remat)))
+    for policy in ("none", "elementwise", "block"):
+        graphdef, params = nnx.split(build(name, dict(overrides, remat_policy=policy)))
         fn = jax.value_and_grad(lambda p, g=graphdef: _loss(nnx.merge(g, p), ids))
         results.append(jax.jit(fn)(params))
         jaxpr = str(jax.make_jaxpr(fn)(params))
         checkpoints.append(jaxpr.count("remat") + jaxpr.count("checkpoint"))  # the norms and the MLP have their own
-    assert checkpoints[1] > checkpoints[0]
-    (loss_a, grads_a), (loss_b, grads_b) = results
-    np.testing.assert_allclose(float(loss_a), float(loss_b), rtol=1e-6)
-    for a, b in zip(jax.tree.leaves(grads_a), jax.tree.leaves(grads_b)):  # recomputation may fuse differently
-        assert rel_rms(a, b) < 1e-5
+    assert checkpoints[0] == 0 and checkpoints[2] > checkpoints[1] > 0, checkpoints
+    (loss_a, grads_a), *others = results
+    for loss_b, grads_b in others:
+        np.testing.assert_allclose(float(loss_a), float(loss_b), rtol=1e-6)
+        for a, b in zip(jax.tree.leaves(grads_a), jax.tree.leaves(grads_b)):  # recomputation may fuse differently
+            assert rel_rms(a, b) < 1e-5
