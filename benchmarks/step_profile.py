@@ -7,7 +7,9 @@ Each `--variant LABEL:KEY=VALUE,KEY=VALUE` is the case (`benchmarks/train_loop.p
 overrides; its step is timed alone on a batch already on the device (`--steps` steps in a device
 loop). With `--trace`, the first variant's steps run under `jax.profiler.trace` and the GPU
 kernels of the Perfetto trace are summed by name and by kind (matmul, Pallas/Triton kernel, XLA
-fusion, copy/transpose, other): the top kernels and the shares are printed and written.
+fusion, copy/transpose, other): the top kernels and the shares are printed and written. `--keep-trace`
+keeps the trace; taken with CUDA graphs off and the HLO dumped, `trace_attribution.py` groups it by the
+JAX operation each kernel came from.
 """
 
 import argparse
