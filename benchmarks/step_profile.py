@@ -20,12 +20,11 @@ import pathlib
 import re
 import shutil
 import tempfile
-import time
 
 import jax
 
 from ccq_jax.configlib import parse_overrides
-from benchmarks.train_loop import case_config, device_steps
+from benchmarks.train_loop import case_config, device_steps, timed_steps
 from train.sharding import make_mesh
 
 KINDS = (("matmul", r"gemm|cutlass|nvjet|cublas|xmma|sm90_"), ("copy", r"copy|transpose|memcpy|memset"),
@@ -55,10 +54,16 @@ def gpu_kernels(events: list) -> list:
     return []
 
 
+def trace_events(path) -> list:
+    """The events of a Perfetto JSON trace, gzipped (`.gz`) or not."""
+    data = pathlib.Path(path).read_bytes()
+    events = json.loads(gzip.decompress(data) if str(path).endswith(".gz") else data)
+    return events["traceEvents"] if isinstance(events, dict) else events
+
+
 def kernel_times(path: pathlib.Path) -> tuple[dict[str, float], dict[str, dict]]:
     """(microseconds per kernel name, the first event's args per name) over the GPU tracks of a Perfetto JSON."""
-    events = json.loads(gzip.decompress(path.read_bytes()))
-    events = events["traceEvents"] if isinstance(events, dict) else events
+    events = trace_events(path)
     totals, args = collections.Counter(), {}
     for e in gpu_kernels(events):
         totals[e["name"]] += float(e.get("dur", 0.0))
@@ -90,12 +95,8 @@ def trace(run, state, batch, steps: int, keep: str | None) -> dict:
 def measure(cfg, steps: int, trace_it: bool, keep: str | None) -> dict:
     """Compile time, step time alone (a device loop of `steps` steps on one batch) and optionally the trace."""
     run, state, batch = device_steps(cfg, steps, make_mesh(cfg.mesh))
-    begin = time.perf_counter()
-    state = jax.block_until_ready(run(state, batch))  # compiles
-    row = {"first_call_s": time.perf_counter() - begin}
-    begin = time.perf_counter()
-    state = jax.block_until_ready(run(state, batch))
-    row["step_ms"] = 1e3 * (time.perf_counter() - begin) / steps
+    state, first_call_s, ms = timed_steps(run, state, batch, steps)
+    row = {"first_call_s": first_call_s, "step_ms": ms}
     if trace_it:
         row.update(trace(run, state, batch, steps, keep))
     return row

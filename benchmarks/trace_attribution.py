@@ -21,7 +21,7 @@ import json
 import pathlib
 import re
 
-from benchmarks.step_profile import gpu_kernels
+from benchmarks.step_profile import gpu_kernels, trace_events
 
 _SCAFFOLD = re.compile(r"^jit\(<lambda>\)/(while/body/eval_jaxpr/)*")
 
@@ -48,8 +48,7 @@ def family(kernel: str, instruction: str) -> str:
 
 
 def attribute(trace_path: str, hlo_path: str, steps: int) -> dict:
-    events = json.loads(_read(trace_path))
-    events = events["traceEvents"] if isinstance(events, dict) else events
+    events = trace_events(trace_path)
     names = op_names(_read(hlo_path))
     groups, calls, kinds = collections.Counter(), collections.Counter(), collections.Counter()
     unnamed = 0

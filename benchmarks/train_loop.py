@@ -103,13 +103,20 @@ def device_steps(cfg: TrainConfig, probe: int, mesh):
     return steps, state, batch
 
 
+def timed_steps(steps, state, batch, probe: int):
+    """(state after two calls, seconds of the first call (compilation included), ms per step of the second) for a
+    `device_steps` loop of `probe` steps."""
+    begin = time.perf_counter()
+    state = jax.block_until_ready(steps(state, batch))  # compiles
+    first_call_s = time.perf_counter() - begin
+    begin = time.perf_counter()
+    state = jax.block_until_ready(steps(state, batch))
+    return state, first_call_s, 1e3 * (time.perf_counter() - begin) / probe
+
+
 def step_ms(cfg: TrainConfig, probe: int, mesh) -> float:
     """One train step on a batch already on the device: a device loop of `probe` steps, per step."""
-    steps, state, batch = device_steps(cfg, probe, mesh)
-    state = jax.block_until_ready(steps(state, batch))  # compiles
-    begin = time.perf_counter()
-    jax.block_until_ready(steps(state, batch))
-    return 1e3 * (time.perf_counter() - begin) / probe
+    return timed_steps(*device_steps(cfg, probe, mesh), probe)[2]
 
 
 def loop_rate(cfg: TrainConfig, workdir: pathlib.Path) -> dict:

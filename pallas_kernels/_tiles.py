@@ -37,11 +37,16 @@ def launch(kernel, out_shape, grid, *, interpret, num_warps=4, num_stages=2, ali
     return call
 
 
+def varying_axes(tree) -> frozenset:
+    """The manual mesh axes (inside `jax.shard_map`) that any array of `tree` varies over; empty outside it."""
+    return frozenset().union(*(jax.typeof(a).mat.varying for a in jax.tree.leaves(tree)))
+
+
 def varying_outputs(out_shape, args):
     """out_shape (a ShapeDtypeStruct or a pytree of them) marked to vary over the manual mesh axes that the
     kernel's inputs vary over: inside `jax.shard_map` (with its default checks) each shard's outputs are its own.
     Outside shard_map the shapes are returned as they are."""
-    axes = frozenset().union(*(jax.typeof(a).mat.varying for a in jax.tree.leaves(args)))
+    axes = varying_axes(args)
     if not axes:
         return out_shape
     mark = lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=s.sharding,

@@ -141,8 +141,8 @@ def _done(out: pathlib.Path) -> set:
 def sweep(out: pathlib.Path, families, widths, cells, rates, steps: int, impl: str, seed: int) -> int:
     """Train every (family, width, cell) not yet in `out`, appending its rows; returns the number trained."""
     out.parent.mkdir(parents=True, exist_ok=True)
-    todo = [(f, w, c) for c in cells for w in widths for f in families
-            if (f, w, c, steps, seed) not in _done(out)]
+    done = _done(out)
+    todo = [(f, w, c) for c in cells for w in widths for f in families if (f, w, c, steps, seed) not in done]
     for family, width, cell in progress(todo, desc="mqar sweep", unit="cell"):
         rows = train_cell(run_config(family, width, CELLS[cell], steps, impl, seed), rates)
         with out.open("a") as f:

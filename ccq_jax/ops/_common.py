@@ -3,6 +3,8 @@
 import jax
 import jax.numpy as jnp
 
+from pallas_kernels._tiles import varying_axes
+
 L2_NORM_EPS = 1e-6
 HIGHEST = jax.lax.Precision.HIGHEST
 
@@ -11,7 +13,7 @@ def vary_like(tree, *refs):
     """`tree` with every leaf cast to vary over the manual mesh axes (inside `jax.shard_map`) that any of `refs`
     varies over; outside shard_map, or where it already does, the leaves are returned as they are. A scan's
     initial carry (zeros, or a state shared by all shards) must vary like the values its body computes."""
-    axes = frozenset().union(*(jax.typeof(r).mat.varying for r in jax.tree.leaves(refs)))
+    axes = varying_axes(refs)
 
     def cast(x):
         missing = tuple(sorted(axes - jax.typeof(x).mat.varying))

@@ -16,3 +16,10 @@ def test_times_only_the_kernels_named_and_restores_the_kernels_own_tilings():
     assert all(math.isfinite(r["ms"]) and (r["width"], r["warps"], r["stages"]) == (32, 2, 1) for r in rows)
     assert la.launch is _tiles.launch and delta_rule.launch is _tiles.launch
     assert la.block(256) == 64 and delta_rule.block is la.block
+
+
+def test_runs_the_kernels_at_a_head_shape_of_its_own():
+    """--shape H,K,V: the 100m GLA's K = 128, V = 256 instead of the 1.3B shape (here a small one, interpreted)."""
+    rows = breakdown(1, 64, 1, [("default",) * 3], ["gla"], kernels=["chunk_dqk"], shape={"H": 1, "K": 32, "V": 64})
+    assert [r["kernel"] for r in rows] == ["chunk_dqk", "cov chunk_dqk (keys' gradient of both uses)"]
+    assert all(math.isfinite(r["ms"]) for r in rows)
