@@ -19,7 +19,7 @@ import gzip
 import json
 import tempfile
 
-from benchmarks.kernels import OURS, SHAPES, _inputs, _ours_fn, fla_call, ours_args
+from benchmarks.kernels import OURS, SHAPES, bench_inputs, ours_fn, fla_call, ours_args
 
 FAMILY = {op: family for family, ops in OURS.items() for op in ops}
 
@@ -30,7 +30,7 @@ def profile_fla(family, B, T, calls):
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as torch_profile
 
-    fn, do = fla_call(family, _inputs(family, B, T))
+    fn, do = fla_call(family, bench_inputs(family, B, T))
     for _ in range(5):
         fn().backward(do)
     torch.cuda.synchronize()
@@ -47,8 +47,8 @@ def profile_ours(op, B, T, calls):
     """[(ms per call, runs per call, kernel)] of our op (impl="pallas") by its fwd+bwd program's GPU events."""
     import jax
 
-    args = ours_args(_inputs(FAMILY[op], B, T), grad=True)
-    fn = _ours_fn(op, "pallas", grad=True)
+    args = ours_args(bench_inputs(FAMILY[op], B, T), grad=True)
+    fn = ours_fn(op, "pallas", grad=True)
     jax.block_until_ready(fn(*args))
     with tempfile.TemporaryDirectory() as tmp:
         with jax.profiler.trace(tmp):

@@ -43,9 +43,10 @@ print(out.stdout + out.stderr)
 """
 
 
-def lowered_kernels(op, dtype):
+def lowered_kernels(op, dtype, impl="pallas"):
     """([(kernel name, Triton IR text, num_warps, num_stages)], the number of Mosaic GPU kernels) of `op`'s forward
-    and backward, the Triton ones in lowering order (this tool measures those; the Mosaic GPU ones are counted)."""
+    and backward for impl (compiled for a GPU: interpret=False), the Triton ones in lowering order (this tool
+    measures those; the Mosaic GPU ones are counted)."""
     import jax
     import jax.numpy as jnp
     from jax._src.interpreters import mlir
@@ -53,12 +54,11 @@ def lowered_kernels(op, dtype):
     from jax._src.lib.mlir import ir
 
     import ccq_jax.ops as ops
-    import ccq_jax.ops.pallas as backend
 
     info = gpu_info.GpuInfo(gpu_version=None, arch_name="9.0", compute_capability=90)
     modules, kernels, mosaic = [], [], []
     lower, custom_call = lowering.lower_jaxpr_to_triton_module, mlir.custom_call
-    get_info, interpret = pallas_call_registration.gpu_info_lib.get_gpu_info, backend._interpret
+    get_info = pallas_call_registration.gpu_info_lib.get_gpu_info
 
     def capture_module(*args, **kwargs):
         result = lower(*args, **kwargs)
@@ -75,7 +75,7 @@ def lowered_kernels(op, dtype):
         return custom_call(*args, **kwargs)
 
     lowering.lower_jaxpr_to_triton_module, mlir.custom_call = capture_module, capture_call
-    pallas_call_registration.gpu_info_lib.get_gpu_info, backend._interpret = (lambda: info), (lambda: False)
+    pallas_call_registration.gpu_info_lib.get_gpu_info = lambda: info
     try:
         B, T, H, K, V = 1, 128, 2, 256, 512
         spec = lambda *shape, d=dtype: jax.ShapeDtypeStruct(shape, d)
@@ -85,12 +85,12 @@ def lowered_kernels(op, dtype):
         names = {"gla": ["q", "k", "v", "g"], "gated_delta_rule": ["q", "k", "v", "g_head", "beta"],
                  "ccq_query": ["q", "k", "lam"], "ccq_gla": ["q", "k", "v", "g", "lam"],
                  "ccq_gated_delta_rule": ["q", "k", "v", "g_head", "beta", "lam"]}[op]
-        loss = lambda *x: jnp.sum(jnp.square(getattr(ops, op)(*x, impl="pallas")[0].astype(f32)))
+        loss = lambda *x: jnp.sum(jnp.square(getattr(ops, op)(*x, impl=impl, interpret=False)[0].astype(f32)))
         grad = jax.jit(jax.grad(loss, argnums=tuple(range(len(names)))))
         grad.trace(*(args[n] for n in names)).lower(lowering_platforms=("cuda",))
     finally:
         lowering.lower_jaxpr_to_triton_module, mlir.custom_call = lower, custom_call
-        pallas_call_registration.gpu_info_lib.get_gpu_info, backend._interpret = get_info, interpret
+        pallas_call_registration.gpu_info_lib.get_gpu_info = get_info
     return kernels, len(mosaic)
 
 

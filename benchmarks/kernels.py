@@ -5,6 +5,7 @@ Run on the GPU machine, with fla's wheels installed there (docs/benchmarks.md sa
     python3 benchmarks/kernels.py --seqlens 4096 --impls pallas   # the quick comparison (fla autotunes for minutes)
     python3 benchmarks/kernels.py --seqlens 4096 --no-fla     # ours only
     python3 benchmarks/kernels.py --seqlens 4096 --impls pallas --chunk-sizes 64 128   # ours at two chunk sizes
+    python3 benchmarks/kernels.py --seqlens 4096 --impls pallas pallas_triton  # Mosaic GPU state passes or not
     python3 benchmarks/kernels.py --breakdown                 # each Pallas kernel alone, several tile sizes
 
 Shapes follow fla's 1.3B configs (B = 4, bf16 q/k/v, fp32 gates): GLA H=4, K=256, V=512;
@@ -18,7 +19,6 @@ fla issue #640); the guard is lifted to time it, so its gradients here are not t
 """
 
 import argparse
-import contextlib
 import itertools
 import json
 import os
@@ -33,7 +33,7 @@ SHAPES = {"gla": dict(H=4, K=256, V=512), "gdn": dict(H=6, K=256, V=512)}
 OURS = {"gla": ("gla", "ccq_gla"), "gdn": ("gated_delta_rule", "ccq_gated_delta_rule")}
 
 
-def _inputs(family, B, T, seed=0, shape=None):
+def bench_inputs(family, B, T, seed=0, shape=None):
     """NumPy inputs (bf16 values held as float32, gates fp32) shared by fla and ours; shape: {H, K, V} in place of
     the family's own."""
     s = shape or SHAPES[family]
@@ -93,7 +93,7 @@ def time_fla(family, x, reps):
     return res
 
 
-def _ours_fn(op_name, impl, grad, chunk=None):
+def ours_fn(op_name, impl, grad, chunk=None):
     import jax
     import ccq_jax.ops as ops
 
@@ -114,7 +114,7 @@ def _ours_fn(op_name, impl, grad, chunk=None):
 
 
 def ours_args(x, grad):
-    """The arguments of `_ours_fn`'s functions from NumPy inputs x: bf16 q, k, v (and do with grad), fp32 gates."""
+    """The arguments of `ours_fn`'s functions from NumPy inputs x: bf16 q, k, v (and do with grad), fp32 gates."""
     import jax.numpy as jnp
 
     bf = lambda a: jnp.asarray(a, jnp.bfloat16)
@@ -125,7 +125,7 @@ def ours_args(x, grad):
 def time_ours(op_name, impl, x, reps, chunk=None):
     res = {}
     for key, grad in (("fwd_ms", False), ("fwdbwd_ms", True)):
-        fn = _ours_fn(op_name, impl, grad, chunk)
+        fn = ours_fn(op_name, impl, grad, chunk)
         call_args = ours_args(x, grad)
         compiled = fn.lower(*call_args).compile()
         if grad:
@@ -150,26 +150,31 @@ def _time_queued(fn, args, reps, rounds=5):
     return statistics.median(times)
 
 
-def _kernel_times(family, B, T, timed, shape=None):
+def _kernel_times(family, B, T, timed, shape=None, config=None):
     """Calls timed(name, jitted kernel, *its arguments) for each Pallas kernel of `family`'s passes and of the CCQ
-    read, on the benchmark's inputs (B, T) and shapes (`shape`: {H, K, V} in place of the family's own)."""
+    read, on the benchmark's inputs (B, T) and shapes (`shape`: {H, K, V} in place of the family's own), with the
+    Triton kernels' `KernelConfig` `config` (None: each kernel's own tiling)."""
     import jax
     import jax.numpy as jnp
 
-    import ccq_jax.ops.pallas as backend
+    from ccq_jax.ops.pallas_layout import chunk_cumsum, layout
+    from ccq_jax.ops.src.gated_delta_rule import kernel_twins
+    from ccq_jax.ops.src.gated_delta_rule.factors import head_factors
     from pallas_kernels import ccq_read, delta_rule, delta_wy, mosaic_delta_states
     from pallas_kernels import linear_attention as la
+    from pallas_kernels import linear_attention_grad as la_grad
+    from pallas_kernels.tiles import DEFAULT_CONFIG
 
     C = 64
     jit = jax.jit
-    x = _inputs(family, B, T, shape=shape)
+    x = bench_inputs(family, B, T, shape=shape)
     q, k, v, _, beta, lam, do = ours_args(x, grad=True)  # beta: the gated delta rule's (GLA: unused)
-    lay = backend._layout(jnp.zeros((B, T), jnp.int32), C)
+    lay = layout(jnp.zeros((B, T), jnp.int32), C)
     gate = "channel" if family == "gla" else "head"
-    G = backend._chunk_cumsum(jnp.asarray(x["g"]), C)
+    G = chunk_cumsum(jnp.asarray(x["g"]), C)
     H, K, V = q.shape[2], q.shape[3], v.shape[3]
     h0 = jnp.zeros((B, H, K, V), jnp.float32)
-    kw = dict(chunk=C, interpret=backend._interpret())
+    kw = dict(chunk=C, interpret=jax.default_backend() == "cpu", config=config or DEFAULT_CONFIG)
     scores = jit(lambda q, k, G: la.intra_scores(q, k, G, lay.dd, gate=gate, **kw))
     try:
         A = scores(q, k, G)
@@ -183,20 +188,20 @@ def _kernel_times(family, B, T, timed, shape=None):
     timed("chunk_out", jit(lambda q, S, A, v: la.chunk_out(
         q, out_G, lay.reads, S, A, v, gate=out_gate, transpose_scores=False, s_inter=1.0, s_intra=1.0,
         out_dtype=jnp.bfloat16, **kw)), q, states, A, v)
-    timed("chunk_dscores", jit(lambda do, v: la.chunk_dscores(do, v, lay.dd, scale=1.0, **kw)), do, v)
+    timed("chunk_dscores", jit(lambda do, v: la_grad.chunk_dscores(do, v, lay.dd, scale=1.0, **kw)), do, v)
     if family == "gla":
         g = jnp.asarray(x["g"])
         timed("gated_inputs", jit(lambda g, q, k: la.gated_inputs(g, q, k, lay.reads, lay.writes, **kw)), g, q, k)
         timed("chunk_states", jit(lambda k, v, G: la.chunk_states(
             k, v, G, None, lay.keep, h0, gate=gate, store=jnp.bfloat16, **kw)), k, v, G)
         timed("diagonal_scores", jit(lambda q, k, G, A: la.diagonal_scores(q, k, G, lay.dd, A, **kw)), q, k, G, A)
-        diag = jit(lambda q, k, G, A: la.diagonal_dqk(q, k, G, A, lay.reads, lay.writes, **kw))
+        diag = jit(lambda q, k, G, A: la_grad.diagonal_dqk(q, k, G, A, lay.reads, lay.writes, **kw))
         timed("diagonal_dqk", diag, q, k, G, A)
-        timed("chunk_dqk", jit(lambda q, k, v, do, G, S, A, D: la.chunk_dqk(
+        timed("chunk_dqk", jit(lambda q, k, v, do, G, S, A, D: la_grad.chunk_dqk(
             q, k, v, do, G, lay.reads, lay.writes, lay.keep, S, S, A, D, gate=gate, scale=1.0, **kw)),
             q, k, v, do, G, states, A, diag(q, k, G, A)[:2])
     else:
-        w, factors = k, backend._head_factors(G, lay, C)
+        w, factors = k, head_factors(G, lay, C)
         timed("delta_states", jit(lambda w, u, k, f: delta_rule.delta_states(
             w, u, k, f.write, f.decay, h0, store=jnp.bfloat16, **kw)), w, v, k, factors)
         timed("chunk_states (the backward's, from v_new)", jit(lambda k, v, f: la.chunk_states(
@@ -225,7 +230,7 @@ def _kernel_times(family, B, T, timed, shape=None):
         timed("delta_dqkwg", jit(lambda q, k, do, G, A, S: delta_rule.delta_dqkwg(
             q, k, do, do, do, G, A, lay.reads, lay.writes, lay.keep, S, S, scale=1.0, **kw)),
             q, k, do, G, A, states)
-        xla_wy = lambda k, v, G, beta: backend._delta_wy(k, v, G, beta, lay, C)
+        xla_wy = lambda k, v, G, beta: kernel_twins.wy(k, v, G, beta, lay, C)
         timed("delta_wy (XLA)", jit(xla_wy), k, v, G, beta)
         timed("delta_wy vjp (XLA)", jit(lambda k, v, G, beta, dw, du: jax.vjp(xla_wy, k, v, G, beta)[1](
             (dw.astype(jnp.float32), du.astype(jnp.float32)))), k, v, G, beta, k, do)
@@ -256,38 +261,18 @@ def _kernel_times(family, B, T, timed, shape=None):
     timed("cov chunk_out", jit(lambda q, S, A, k: la.chunk_out(
         q, None, lay.reads, S, A, k, transpose_scores=False, s_inter=1.0, s_intra=1.0,
         out_dtype=jnp.bfloat16, **cov_kw)), q, cov_states, A_cov, k)
-    timed("cov chunk_dqk (keys' gradient of both uses)", jit(lambda q, k, dc, S, A: la.chunk_dqk(
+    timed("cov chunk_dqk (keys' gradient of both uses)", jit(lambda q, k, dc, S, A: la_grad.chunk_dqk(
         q, k, k, dc, None, lay.reads, lay.writes, lay.keep, S, S, A, None, scale=1.0, scores=A, **cov_kw)),
         q, k, k, cov_states, A_cov)
 
 
-@contextlib.contextmanager
-def _tilings(width, warps, stages):
-    """Every kernel's tile width, warps and stages overridden ("default": the kernel's own), restored on exit."""
-    from pallas_kernels import _tiles, ccq_read, delta_rule, delta_wy
-    from pallas_kernels import linear_attention as la
-
-    own_block, own_launch = la.block, _tiles.launch
-    chosen = {key: n for key, n in (("num_warps", warps), ("num_stages", stages)) if n != "default"}
-    block = own_block if width == "default" else lambda d, cap=None: min(d, width)
-    try:
-        for mod in (la, delta_rule, delta_wy):
-            mod.block = block
-        for mod in (la, delta_rule, delta_wy, ccq_read):  # the override wins, so the column says what ran
-            mod.launch = lambda *args, **kw: own_launch(*args, **{**kw, **chosen})
-        yield
-    finally:
-        for mod in (la, delta_rule, delta_wy):
-            mod.block = own_block
-        for mod in (la, delta_rule, delta_wy, ccq_read):
-            mod.launch = own_launch
-
-
 def breakdown(B, T, reps, configs, families, kernels=None, shape=None):
     """Times each kernel of the GLA and gated-delta-rule passes alone, for several (tile width, warps, stages)
-    settings; "default" in a place keeps each kernel's own choice there. kernels: name parts; only the kernels
-    whose names contain one are timed (all when None)."""
+    settings (`KernelConfig`s); "default" in a place keeps each kernel's own choice there. kernels: name parts;
+    only the kernels whose names contain one are timed (all when None)."""
     import jax
+
+    from pallas_kernels.tiles import KernelConfig
 
     def run(fn, *args):
         try:
@@ -306,8 +291,9 @@ def breakdown(B, T, reps, configs, families, kernels=None, shape=None):
                 if kernels is None or any(part in name for part in kernels):
                     t[name] = run(fn, *args)
 
-            with _tilings(width, warps, stages):
-                _kernel_times(family, B, T, timed, shape)
+            chosen = {key: n for key, n in zip(("width", "num_warps", "num_stages"), (width, warps, stages))
+                      if n != "default"}
+            _kernel_times(family, B, T, timed, shape, KernelConfig(**chosen))
             for name, ms in t.items():  # the Mosaic GPU kernels take no tile overrides
                 tiling = ("-",) * 3 if "Mosaic GPU" in name else (width, warps, stages)
                 rows.append(dict(family=family, kernel=name, **dict(zip(("width", "warps", "stages"), tiling)), ms=ms))
@@ -328,8 +314,6 @@ def main():
     ap.add_argument("--chunk-sizes", type=int, nargs="+", default=[None],
                     help="ours: each op at each chunk size (default: the op's own)")
     ap.add_argument("--no-fla", action="store_true")
-    ap.add_argument("--triton-state-passes", action="store_true",
-                    help="the gated delta rule's state passes in their Triton twins instead of Mosaic GPU")
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--out", default="bench_kernels.json")
     ap.add_argument("--breakdown", action="store_true", help="time each Pallas kernel alone (first seqlen)")
@@ -338,10 +322,6 @@ def main():
     ap.add_argument("--kernels", nargs="+", help="breakdown: time only the kernels whose names contain one of these")
     ap.add_argument("--shape", help="breakdown: H,K,V for every family in place of its own (the 100m GLA: 3,128,256)")
     a = ap.parse_args()
-    if a.triton_state_passes:
-        import ccq_jax.ops.pallas
-
-        ccq_jax.ops.pallas.MOSAIC_STATE_PASSES = False
     if a.breakdown:
         configs = [(["default"] * 3 if c == "default" else c.split("/") + ["default"])[:3] for c in a.tilings]
         configs = [tuple(int(x) if x != "default" else x for x in c) for c in configs]
@@ -352,7 +332,7 @@ def main():
     rows = []
     for T in a.seqlens:
         for family in a.families:
-            x = _inputs(family, a.batch, T)
+            x = bench_inputs(family, a.batch, T)
             for impl in [i for i in a.impls if i != "chunk" or T <= a.xla_max_t]:
                 for op_name, chunk in itertools.product(OURS[family], a.chunk_sizes):
                     try:

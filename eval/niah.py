@@ -142,7 +142,7 @@ def _needle_value(task: NiahTask, rng: random.Random) -> str:
     return str(uuid.UUID(int=rng.getrandbits(128), version=4))
 
 
-def _largest_fitting(fits, start: int) -> int:
+def largest_fitting(fits, start: int) -> int:
     """The largest n >= 1 with fits(n), for fits monotone (true up to some n, false beyond); 0 if none.
 
     Gallops from `start` (the previous sample's answer) by doubling steps, then bisects.
@@ -211,7 +211,7 @@ def generate_samples(
         def fits(n: int) -> bool:
             return len(tokenizer.encode(prompt(n))) + tokens_to_generate <= length
 
-        n = _largest_fitting(fits, start.get(length, 64))
+        n = largest_fitting(fits, start.get(length, 64))
         if n == 0:
             raise ValueError(
                 f"lengths: {length} tokens cannot hold the {task} template with a one-unit haystack and "

@@ -1,12 +1,14 @@
 """Pallas kernels behind `ccq_jax.ops`'s `impl="pallas"` (GPU: the Triton lowering; TPU: Mosaic, later).
 
 Kernels take arrays and return arrays and never import `ccq_jax`; validation, padding, the
-custom VJPs and the choice between compiling and interpreting stay in `ccq_jax.ops.pallas`
-(see docs/design.md).
+custom VJPs and the choice between compiling and interpreting stay in the ops' backends
+(`ccq_jax.ops.src.<op>.pallas_*`; see docs/design.md).
 
   linear_attention  the chunked GLA pieces (with no gate: the CCQ covariance read)
+  linear_attention_grad  their backward's own kernels (dA, dq and dk, the diagonal blocks)
   delta_rule        the sequential passes of the chunked gated delta rule and its per-chunk gradients
   delta_wy          its per-chunk WY/UT form (T, then w and u from T) and its gradient
   ccq_read          the CCQ read's running key sums and cleaned query around the covariance, and their gradients
-  _tiles            in-kernel helpers and the one place kernels are launched
+  mosaic_delta_states  the gated delta rule's three state passes in Mosaic GPU
+  tiles             in-kernel helpers, `KernelConfig`, and the one place Triton kernels are launched
 """

@@ -30,7 +30,7 @@ import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
-from pallas_kernels._tiles import batch_head, fp32_dot, iota, launch, tile
+from pallas_kernels.tiles import DEFAULT_CONFIG, batch_head, fp32_dot, iota, launch, tile
 
 f32 = jnp.float32
 
@@ -67,7 +67,7 @@ def _per_chunk_sum(partials, chunk, rows):
     return jnp.sum(partials.reshape(b_, programs // per, per, *partials.shape[2:]), axis=2)
 
 
-def statistics_keys(k, writes, *, chunk, eps, interpret, rows=32):
+def statistics_keys(k, writes, *, chunk, eps, interpret, config=DEFAULT_CONFIG, rows=32):
     """(the keys k^ of the CCQ statistics in k's dtype, k^ = k / sqrt(||k||^2 + eps) formed in fp32 (eps None: k as
     it is); the sum of writes_t k^_t over each chunk, the keys it hands on to the next, [B, N, H, K] fp32, of k^ as
     rounded for the kernels that read it). Programs of `rows` tokens at the full key width (row norms), their
@@ -87,7 +87,7 @@ def statistics_keys(k, writes, *, chunk, eps, interpret, rows=32):
                                                                   keepdims=True)
 
     outs = (jax.ShapeDtypeStruct(k.shape, k.dtype), jax.ShapeDtypeStruct((k.shape[0], grid[0], heads, dk), f32))
-    kh, partials = launch(kernel, outs, grid, interpret=interpret, name="statistics_keys")(k, writes)
+    kh, partials = launch(kernel, outs, grid, interpret=interpret, config=config, name="statistics_keys")(k, writes)
     return kh, _per_chunk_sum(partials, chunk, rows)
 
 
@@ -121,7 +121,8 @@ def _optional(given, refs):
     return (refs[0], refs[1:]) if given is not None else (None, refs)
 
 
-def clean_query(q, running, cov_q, lam, reads, dd, key_sum_in, count_in, *, chunk, interpret, rows=16):
+def clean_query(q, running, cov_q, lam, reads, dd, key_sum_in, count_in, *, chunk, interpret, config=DEFAULT_CONFIG,
+                rows=16):
     """q_clean [B, Tp, H, K] in q's dtype from q, the keys' running sums inside chunks m^ (in q's dtype, from the
     covariance's `intra_scores`; None: not centered), c = C q, lam [B, Tp, H] and the key sums and counts entering
     each chunk (fp32 [B, N, H, K] and [B, N, H])."""
@@ -140,11 +141,13 @@ def clean_query(q, running, cov_q, lam, reads, dd, key_sum_in, count_in, *, chun
             s -= mu * jnp.sum(mu * qf, axis=1, keepdims=True)
         out_ref[b, tokens, h, full] = (qf - lam_ref[b, tokens, h].astype(f32)[:, None] * s).astype(out_ref.dtype)
 
-    return launch(kernel, jax.ShapeDtypeStruct(q.shape, q.dtype), grid, interpret=interpret, name="clean_query")(
+    return launch(kernel, jax.ShapeDtypeStruct(q.shape, q.dtype), grid, interpret=interpret, config=config,
+                  name="clean_query")(
         q, *_present(running), cov_q, lam, reads, dd, key_sum_in, count_in)
 
 
-def clean_query_grad(dqc, q, running, cov_q, lam, reads, dd, key_sum_in, count_in, *, chunk, interpret, rows=16):
+def clean_query_grad(dqc, q, running, cov_q, lam, reads, dd, key_sum_in, count_in, *, chunk, interpret,
+                     config=DEFAULT_CONFIG, rows=16):
     """The gradients of `clean_query` (see the module's docstring and its arguments) given g = dq_clean:
     (dq, dc and dm in q's dtype (dm None without centering), dlam fp32 [B, Tp, H], and the gradients of the sums
     and counts entering each chunk, fp32 [B, N, H, K] and [B, N, H], of dm before rounding). Half-precision dq
@@ -184,7 +187,7 @@ def clean_query_grad(dqc, q, running, cov_q, lam, reads, dd, key_sum_in, count_i
     outs = [grad, grad, jax.ShapeDtypeStruct(lam.shape, f32),
             jax.ShapeDtypeStruct((b_, grid[0], heads), f32)]
     outs += [grad, jax.ShapeDtypeStruct((b_, grid[0], heads, dk), f32)] if centered else []
-    dq, dc, dlam, dmc, *centered_outs = launch(kernel, tuple(outs), grid, interpret=interpret,
+    dq, dc, dlam, dmc, *centered_outs = launch(kernel, tuple(outs), grid, interpret=interpret, config=config,
                                                name="clean_query_grad")(
         dqc, q, *_present(running), cov_q, lam, reads, dd, key_sum_in, count_in)
     per_chunk = lambda x: _per_chunk_sum(x, chunk, rows)
@@ -194,7 +197,7 @@ def clean_query_grad(dqc, q, running, cov_q, lam, reads, dd, key_sum_in, count_i
     return dq, dc, dlam, dm, per_chunk(dms), per_chunk(dmc)
 
 
-def key_grad(k, dkh, dm, dtotals, writes, dd, *, chunk, eps, interpret, rows=32, dk_rest=None):
+def key_grad(k, dkh, dm, dtotals, writes, dd, *, chunk, eps, interpret, config=DEFAULT_CONFIG, rows=32, dk_rest=None):
     """dk in k's dtype from the covariance's gradient of the keys k^ (`dkh`: as the linear attention's keys
     and values), dm (None: no key-sum term) and the gradients of the chunks' key totals `dtotals` [B, N, H, K]
     (fp32): dk^ = dkh + (the sum of dm over the later tokens of the same document in the chunk) + writes dtotals_n,
@@ -221,5 +224,6 @@ def key_grad(k, dkh, dm, dtotals, writes, dd, *, chunk, eps, interpret, rows=32,
             d += tile(dkr_ref, b, tokens, h, full)
         out_ref[b, tokens, h, full] = d.astype(out_ref.dtype)
 
-    return launch(kernel, jax.ShapeDtypeStruct(k.shape, k.dtype), grid, interpret=interpret, name="key_grad")(
+    return launch(kernel, jax.ShapeDtypeStruct(k.shape, k.dtype), grid, interpret=interpret, config=config,
+                  name="key_grad")(
         k, dkh, writes, dd, dtotals, *_present(dm, dk_rest))

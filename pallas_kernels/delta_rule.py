@@ -23,30 +23,30 @@ import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
-from pallas_kernels._tiles import (batch_head, chunk_decay, dot, from_start, gate_row, gate_tile, iota, launch,
+from pallas_kernels.tiles import (DEFAULT_CONFIG, batch_head, chunk_decay, dot, from_start, gate_row, gate_tile,
+                                  iota, launch,
                                    masked_exp, tile, to_end)
-from pallas_kernels.linear_attention import block
 
 f32 = jnp.float32
 
 
-def _tiling(dv, dtype, *, warps, width=64):
+def _tiling(dv, dtype, config, *, warps, width=64):
     """(V slab width, launch options) for the full-K kernels: `width`-wide slabs at `warps` for half-precision
     inputs (H200, B = 4, T = 4096, H = 6, V = 512: delta_states 0.42 ms at 64 / 4 warps against 0.46 with 32-wide
     slabs and 1.10 at 2 warps); fp32 inputs, whose [C, K] tiles are twice as large: 32-wide slabs at 8 warps, one
     stage, whatever `warps` and `width`."""
     if jnp.dtype(dtype).itemsize >= 4:
-        return block(dv, 32), dict(num_warps=8, num_stages=1)
-    return block(dv, width), dict(num_warps=warps, num_stages=2)
+        return config.block(dv, 32), dict(num_warps=8, num_stages=1)
+    return config.block(dv, width), dict(num_warps=warps, num_stages=2)
 
 
-def delta_states(w, u, k, write, decay, h0, *, chunk, store, interpret):
+def delta_states(w, u, k, write, decay, h0, *, chunk, store, interpret, config=DEFAULT_CONFIG):
     """The forward pass, given the factors `write` [B, Tp, H] and `decay` [B, N, H] (see the module's docstring).
     Returns (state entering each chunk `[B, N, H, K, V]` in `store`, v_new `[B, Tp, H, V]` in u's dtype, final
     state fp32)."""
     b_, tp, heads, dk = k.shape
     dv = u.shape[-1]
-    bv, options = _tiling(dv, w.dtype, warps=4)
+    bv, options = _tiling(dv, w.dtype, config, warps=4)
     n_chunks = tp // chunk
     ks = pl.ds(0, dk)
 
@@ -69,11 +69,12 @@ def delta_states(w, u, k, write, decay, h0, *, chunk, store, interpret):
 
     outs = (jax.ShapeDtypeStruct((b_, n_chunks, heads, dk, dv), store), jax.ShapeDtypeStruct(u.shape, u.dtype),
             jax.ShapeDtypeStruct((b_, heads, dk, dv), f32))
-    return launch(kernel, outs, (dv // bv, b_ * heads), interpret=interpret, name="delta_states",
+    return launch(kernel, outs, (dv // bv, b_ * heads), interpret=interpret, config=config, name="delta_states",
                   **options)(w, u, k, write, decay, h0)
 
 
-def delta_dstates(q, k, w, do, dv_local, read, write, decay, dfinal, *, chunk, scale, store, interpret):
+def delta_dstates(q, k, w, do, dv_local, read, write, decay, dfinal, *, chunk, scale, store, interpret,
+                  config=DEFAULT_CONFIG):
     """The backward pass of the state, from the last chunk to the first (the factors `read`, `write` [B, Tp, H]
     and `decay` [B, N, H] as in the module's docstring).
 
@@ -86,7 +87,7 @@ def delta_dstates(q, k, w, do, dv_local, read, write, decay, dfinal, *, chunk, s
     dv = do.shape[-1]
     # fla's bwd_dhu tiling (H200, B = 4, T = 4096, H = 6, V = 512): 0.82 ms in the fwd+bwd profile against 1.02 for
     # 64-wide slabs at 8 warps with k's decay on its [C, K] tile (k straight into its dot asks too much memory there)
-    bv, options = _tiling(dv, k.dtype, warps=4, width=32)
+    bv, options = _tiling(dv, k.dtype, config, warps=4, width=32)
     n_chunks = tp // chunk
     ks = pl.ds(0, dk)
     dtype = k.dtype
@@ -117,12 +118,12 @@ def delta_dstates(q, k, w, do, dv_local, read, write, decay, dfinal, *, chunk, s
 
     outs = (jax.ShapeDtypeStruct((b_, n_chunks, heads, dk, dv), store), jax.ShapeDtypeStruct(do.shape, store),
             jax.ShapeDtypeStruct((b_, heads, dk, dv), f32))
-    return launch(kernel, outs, (dv // bv, b_ * heads), interpret=interpret, name="delta_dstates",
+    return launch(kernel, outs, (dv // bv, b_ * heads), interpret=interpret, config=config, name="delta_dstates",
                   **options)(q, k, w, do, dv_local, read, write, decay, dfinal)
 
 
 def delta_dqkwg(q, k, v_new, do, dv_new, g, dscores, reads, writes, keep, states, dstates, *, chunk, scale,
-                interpret):
+                interpret, config=DEFAULT_CONFIG):
     """The per-chunk gradients of the gated delta rule besides the WY/UT algebra's (fla's `chunk_bwd_dqkwg`).
 
     Given the states entering each chunk S_n and the gradients of those leaving it dS_n (`[B, N, H, K, V]`),
@@ -137,7 +138,7 @@ def delta_dqkwg(q, k, v_new, do, dv_new, g, dscores, reads, writes, keep, states
     """
     b_, tp, heads, dk = q.shape
     dv = do.shape[-1]
-    bk, bv = block(dk), block(dv)
+    bk, bv = config.block(dk), config.block(dv)
     n_k = dk // bk
     dtype = q.dtype
 
@@ -179,7 +180,8 @@ def delta_dqkwg(q, k, v_new, do, dv_new, g, dscores, reads, writes, keep, states
     outs = (jax.ShapeDtypeStruct(q.shape, dtype), grad, jax.ShapeDtypeStruct(k.shape, k.dtype),
             jax.ShapeDtypeStruct((n_k, b_, tp, heads), f32))
     # 3 stages (the next V slab's loads in flight): 0.459 -> 0.397 ms alone on the H200 (B = 4, T = 4096, H = 6)
-    dq, dk_, dw, dG = launch(kernel, outs, (n_k, tp // chunk, b_ * heads), interpret=interpret, num_stages=3,
+    dq, dk_, dw, dG = launch(kernel, outs, (n_k, tp // chunk, b_ * heads), interpret=interpret, config=config,
+                             num_stages=3,
                              name="delta_dqkwg")(q, k, v_new, do, dv_new, g, dscores, reads, writes, keep, states,
                                                  dstates)
     return dq, dk_, dw, jnp.sum(dG, axis=0)

@@ -33,8 +33,7 @@ import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
-from pallas_kernels._tiles import SUB, batch_head, dot, iota, launch, masked_exp
-from pallas_kernels.linear_attention import block
+from pallas_kernels.tiles import DEFAULT_CONFIG, SUB, batch_head, dot, iota, launch, masked_exp
 
 f32 = jnp.float32
 
@@ -95,13 +94,13 @@ class _Chunk:
                         self.blocks)
 
 
-def _column_tiles(width, cap):
+def _column_tiles(width, cap, config):
     """The column slices of a feature axis (width: a power of two >= 16), `cap` wide at most."""
-    bd = block(width, cap)
+    bd = config.block(width, cap)
     return [pl.ds(ct * bd, bd) for ct in range(width // bd)]
 
 
-def wy_inverse(k, g, beta, dd, *, chunk, interpret):
+def wy_inverse(k, g, beta, dd, *, chunk, interpret, config=DEFAULT_CONFIG):
     """T = (I + A)^-1 of every chunk, fp32 [B, Tp, H, C] (row t of chunk n holds row t - nC of its T: unit lower
     triangular, zeros above the diagonal); g: the per-head in-chunk cumsum G, fp32; beta [B, Tp, H]."""
     b_, tp, heads, dk = k.shape
@@ -118,11 +117,11 @@ def wy_inverse(k, g, beta, dd, *, chunk, interpret):
     # one warp (as fla's kkt solve): H200, B = 4, T = 4096, H = 6, K = 256: 0.09 ms against 0.10 at two warps and
     # 0.18 at four
     out = jax.ShapeDtypeStruct((b_, tp, heads, chunk), f32)
-    return launch(kernel, out, (tp // chunk, b_ * heads), interpret=interpret, num_warps=1, num_stages=3,
+    return launch(kernel, out, (tp // chunk, b_ * heads), interpret=interpret, config=config, num_warps=1, num_stages=3,
                   name="wy_inverse")(k, g, beta, dd)
 
 
-def wy_apply(inverse, k, v, g, beta, reads, *, chunk, interpret):
+def wy_apply(inverse, k, v, g, beta, reads, *, chunk, interpret, config=DEFAULT_CONFIG):
     """(w, u) = (T Kb, T Vb) in k's dtype given every chunk's T (`inverse`, fp32 [B, Tp, H, C]): whole [C, C]
     tiles of T (in the inputs' dtype, as fla's `recompute_w_u`) against [C, BD] column tiles. v=None: w alone
     (the backward, which keeps the forward's v_new instead of forming u again)."""
@@ -142,7 +141,7 @@ def wy_apply(inverse, k, v, g, beta, reads, *, chunk, interpret):
         kfac = beta_ * jnp.exp(g_ref[b, rows, h]) * r_ref[b, rows]
 
         def apply(out_ref, src_ref, width, factor):
-            bd = block(width, 64)
+            bd = config.block(width, 64)
 
             def column_tile(ct, carry):
                 cols = pl.ds(ct * bd, bd)
@@ -158,12 +157,13 @@ def wy_apply(inverse, k, v, g, beta, reads, *, chunk, interpret):
 
     outs = (jax.ShapeDtypeStruct(k.shape, dtype),) + ((jax.ShapeDtypeStruct(v.shape, dtype),) if values else ())
     # two warps: 0.11 ms against 0.12-0.15 at four (H200, the shapes above, V = 512)
-    res = launch(kernel, outs, (tp // chunk, b_ * heads), interpret=interpret, num_warps=2, name="wy_apply")(
+    res = launch(kernel, outs, (tp // chunk, b_ * heads), interpret=interpret, config=config, num_warps=2,
+                 name="wy_apply")(
         inverse, k, *((v,) if values else ()), g, beta, reads)
     return tuple(res) if values else (res[0], None)
 
 
-def wy_gradient(k, v, g, beta, reads, dd, inverse, dw, du, dk_rest, *, chunk, interpret):
+def wy_gradient(k, v, g, beta, reads, dd, inverse, dw, du, dk_rest, *, chunk, interpret, config=DEFAULT_CONFIG):
     """The gradient of `wy_apply(wy_inverse(...), ...)` given T (`inverse`) and the cotangents dw [B, Tp, H, K]
     and du [B, Tp, H, V] (in k's dtype): (dk + dk_rest in k's dtype, dv in v's dtype, dbeta [B, Tp, H] fp32,
     dG [B, Tp, H] fp32, the gradient w.r.t. the in-chunk cumsum G: the caller turns it into one w.r.t. the log
@@ -185,7 +185,7 @@ def wy_gradient(k, v, g, beta, reads, dd, inverse, dw, du, dk_rest, *, chunk, in
         rows = pl.ds(n * chunk, chunk)
         load = lambda ref, cols: ref[b, rows, h, cols]
         cast = lambda x: x.astype(dtype)  # fp32 [C, C] operands of the products with loaded tiles
-        tiles = lambda width: _column_tiles(width, _GRAD_TILE)
+        tiles = lambda width: _column_tiles(width, _GRAD_TILE, config)
         G, doc = g_ref[b, rows, h], dd_ref[b, rows]
         beta_ = beta_ref[b, rows, h].astype(f32)
         s = jnp.exp(G) * r_ref[b, rows]  # Kb's row factor over beta
@@ -240,7 +240,8 @@ def wy_gradient(k, v, g, beta, reads, dd, inverse, dw, du, dk_rest, *, chunk, in
     # 1,384 with only the latter, 1,020 with the gram's tiles reduced inside the last pass; 564 with dA's products
     # on bf16 operands, yet 0.30 ms alone against 0.42); fp32 keeps 8 warps
     wide = jnp.dtype(dtype).itemsize >= 4
-    return launch(kernel, outs, (tp // chunk, b_ * heads), interpret=interpret, num_warps=8 if wide else 4,
+    return launch(kernel, outs, (tp // chunk, b_ * heads), interpret=interpret, config=config,
+                  num_warps=8 if wide else 4,
                   num_stages=2 if wide else 3, name="wy_gradient")(k, v, g, beta, reads, dd, inverse, dw, du, dk_rest)
 
 

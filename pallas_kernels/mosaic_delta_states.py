@@ -237,7 +237,7 @@ def state_gradient_pass(q, k, w, do, dv_local, read, write, decay, dfinal, *, ch
     Each chunk addresses its wgmma operands through an index read from memory (`opaque_zero`, always 0): with
     addresses the compiler could see were the same every chunk, it computed the descriptors of every operand
     tile once and kept them in registers across the loop, which spilled (448 bytes per thread) and serialized
-    the products (0.64 ms against 0.30 at the benchmark's shapes, docs/benchmarks.md)."""
+    the products (0.64 ms against 0.30 at the benchmark's shapes, CHANGELOG.md, 2026-12-01)."""
     _require(supports(k, do, chunk, store) and q.dtype == w.dtype == dv_local.dtype == k.dtype,
              "state gradient pass", k, do, chunk, store)
     b_, tp, heads, dk = k.shape

@@ -9,6 +9,8 @@ gated delta rule) and None (no decay: the CCQ statistics). G is the inclusive cu
 log decays inside each chunk, fp32.
 """
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
@@ -23,12 +25,43 @@ SUB = 16  # secondary chunk: the diagonal blocks whose pairwise decays are forme
 HALF = SUB // 2  # inside a diagonal block: the halves whose pairwise decays are formed exactly
 
 
-def launch(kernel, out_shape, grid, *, interpret, num_warps=4, num_stages=2, aliases=None, name=None):
+@dataclasses.dataclass(frozen=True)
+class KernelConfig:
+    """Overrides of the Triton kernels' tiling, the same for every kernel of a call; None keeps each kernel's own
+    measured choice (the defaults in each kernel's code; CHANGELOG.md has the sweeps that chose them).
+
+    width: the feature-axis tile width (a power of two >= 16, capped by the padded K or V); num_warps (1-16, a
+    power of two) and num_stages (>= 1): the Triton launch parameters. Frozen and hashable: a static argument.
+    """
+
+    width: int | None = None
+    num_warps: int | None = None
+    num_stages: int | None = None
+
+    def __post_init__(self):
+        for name, value, ok, expected in (
+                ("width", self.width, lambda w: w >= 16 and w & (w - 1) == 0, "a power of two >= 16"),
+                ("num_warps", self.num_warps, lambda w: 1 <= w <= 16 and w & (w - 1) == 0, "1, 2, 4, 8 or 16"),
+                ("num_stages", self.num_stages, lambda s: s >= 1, ">= 1")):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not ok(value)):
+                raise ValueError(f"KernelConfig.{name}: expected None or {expected}, got {value!r}")
+
+    def block(self, d, cap=64):
+        """Tile width along a feature axis of width d (a power of two >= 16): the kernel's cap, or the override."""
+        return min(d, self.width or cap)
+
+
+DEFAULT_CONFIG = KernelConfig()
+
+
+def launch(kernel, out_shape, grid, *, interpret, config, num_warps=4, num_stages=2, aliases=None, name=None):
     """pallas_call over whole-array refs; Triton on a GPU, the same kernel interpreted elsewhere.
 
+    config: a `KernelConfig` whose warps and stages, where set, replace the kernel's own (num_warps, num_stages).
     aliases: {input index: output index} for kernels that update an input in place.
     """
-    params = None if interpret else pltriton.CompilerParams(num_warps=num_warps, num_stages=num_stages)
+    params = None if interpret else pltriton.CompilerParams(num_warps=config.num_warps or num_warps,
+                                                            num_stages=config.num_stages or num_stages)
 
     def call(*args):
         return pl.pallas_call(kernel, out_shape=varying_outputs(out_shape, args), grid=grid, interpret=interpret,
@@ -141,3 +174,15 @@ def same_doc_causal(dd_ref, b, rows, n):
     d = dd_ref[b, rows]
     i = iota(n)
     return (i[:, None] >= i[None, :]) & (d[:, None] == d[None, :])
+
+
+def split_gate(refs, gate):
+    """(the gate ref or None, the other refs) of a kernel whose refs start with a gate ref when `gate`."""
+    refs = list(refs)
+    return (refs.pop(0) if gate else None), refs
+
+
+def store_gated_tiles(qf, kf, G, G_last, reads, writes, q_out, k_out, at):
+    """Stores q exp(G) reads and k exp(G_last - G) writes of fp32 tiles at `at` (b, rows, h, ks)."""
+    q_out[at] = (qf * from_start(G, reads)).astype(q_out.dtype)
+    k_out[at] = (kf * to_end(G, G_last, writes)).astype(k_out.dtype)

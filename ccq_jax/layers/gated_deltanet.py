@@ -21,6 +21,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+import ccq_jax.ops as ops
 from ccq_jax import checks as check
 from ccq_jax.layers.ccq import CCQConfig
 from ccq_jax.layers.norm import GatedRMSNorm, RMSNorm
@@ -101,7 +102,7 @@ class GatedDeltaNet(RecurrentMixer):
 
     def _qk_heads(self, x):
         """[B, T, H*K] -> l2-normalised [B, T, HV, K] (each query/key head repeated for its value heads)."""
-        normalized = maybe_recomputed(_l2_normalized, self.recompute)(split_heads(x, self.head_dim))
+        normalized = maybe_recomputed(l2_normalized, self.recompute)(split_heads(x, self.head_dim))
         return jnp.repeat(normalized, self.dims.num_v_heads // self.num_heads,
                           axis=2)
 
@@ -114,12 +115,12 @@ class GatedDeltaNet(RecurrentMixer):
         beta = jax.nn.sigmoid(self.b_proj(x).astype(jnp.float32))
         if self.allow_neg_eigval:
             beta = 2.0 * beta
-        o, state, stats = self._read("gated_delta_rule", q, k, (v, g, beta), segment_ids=segment_ids, cache=cache)
+        o, state, stats = self._read((ops.gated_delta_rule, ops.ccq_gated_delta_rule), q, k, (v, g, beta), segment_ids=segment_ids, cache=cache)
         return self._output(o, x, self.o_norm, self.use_gate), self._new_cache(cache, state, stats, conv)
 
 
 @jax.checkpoint
-def _l2_normalized(x):
+def l2_normalized(x):
     """l2_normalize in fp32, returned in x's dtype; recomputed in the backward pass from x (autodiff would keep the
     fp32 copy)."""
     return l2_normalize(x.astype(jnp.float32)).astype(x.dtype)

@@ -18,6 +18,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+import ccq_jax.ops as ops
 from ccq_jax import checks as check
 from ccq_jax.layers.ccq import CCQConfig
 from ccq_jax.layers.norm import GatedRMSNorm, RMSNorm
@@ -98,7 +99,7 @@ class GatedLinearAttention(RecurrentMixer):
         dk, dv = self.dims.head_k_dim, self.dims.head_v_dim
         q, k, v, gk = split_heads(q, dk), self._expand(k, dk), self._expand(v, dv), self._expand(gk, dk)
         gk = maybe_recomputed(_log_gates, self.recompute)(gk, self.gate_logit_normalizer, self.clamp_min)
-        o, state, stats = self._read("gla", q, k, (v, gk), segment_ids=segment_ids, cache=cache)
+        o, state, stats = self._read((ops.gla, ops.ccq_gla), q, k, (v, gk), segment_ids=segment_ids, cache=cache)
         norm = self.g_norm_swish_gate if self.use_output_gate else self.g_norm
         return self._output(o, x, norm, self.use_output_gate), self._new_cache(cache, state, stats, conv)
 

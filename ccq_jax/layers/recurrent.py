@@ -15,7 +15,6 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-import ccq_jax.ops as ops
 from ccq_jax.layers.cache import RecurrentCache
 from ccq_jax.layers.ccq import CCQGate
 from ccq_jax.layers.conv import ShortConvolution
@@ -77,8 +76,9 @@ class RecurrentMixer(nnx.Module):
         o = norm(o, split_heads(self.g_proj(x), self.head_v_dim)) if gated else norm(o)
         return self.o_proj(o.reshape(*o.shape[:2], -1))
 
-    def _read(self, backbone, q, k, args, *, segment_ids, cache):
-        """`ops.<backbone>` (or `ops.ccq_<backbone>` when CCQ is on) from the cached state.
+    def _read(self, reads, q, k, args, *, segment_ids, cache):
+        """reads: (the backbone's op, its CCQ op), e.g. (`ops.gla`, `ops.ccq_gla`); the first, or the second when
+        CCQ is on, from the cached state.
 
         Returns (o [B, T, H, V], final state or None, final statistics or None).
         """
@@ -91,10 +91,10 @@ class RecurrentMixer(nnx.Module):
         if impl == self.attn_impl and self.chunk_size is not None:
             kw["chunk_size"] = self.chunk_size
         if not self._ccq_on:
-            o, state = getattr(ops, backbone)(q, k, *args, **kw)
+            o, state = reads[0](q, k, *args, **kw)
             return o, state, None
         cfg = self.ccq_config
-        o, (state, stats) = getattr(ops, f"ccq_{backbone}")(
+        o, (state, stats) = reads[1](
             q, k, *args, self.ccq(q), centered=cfg.centered, normalize_keys=cfg.normalize_keys,
             initial_stats=None if cache is None else cache.stats, output_final_stats=cache is not None, **kw)
         return o, state, stats

@@ -21,7 +21,7 @@ from ccq_jax.layers.ccq import CCQConfig
 from ccq_jax.layers.gated_deltanet import gdn_dims
 from ccq_jax.layers.gla import gla_dims
 from ccq_jax.layers.mlp import mlp_width
-from ccq_jax.ops import BACKENDS
+from ccq_jax.ops import IMPLS
 
 DType = Literal["float32", "bfloat16", "float16"]
 
@@ -107,8 +107,8 @@ class LinearAttentionConfig(ModelConfig):
 
     def __post_init__(self):
         super().__post_init__()
-        configlib.check_choice("attn_impl", self.attn_impl, BACKENDS)
-        configlib.check_choice("decode_impl", self.decode_impl, BACKENDS)
+        configlib.check_choice("attn_impl", self.attn_impl, IMPLS)
+        configlib.check_choice("decode_impl", self.decode_impl, IMPLS)
         check.integer("chunk_size", self.chunk_size, minimum=1, optional=True)
         check.integer("conv_size", self.conv_size, minimum=1)
 

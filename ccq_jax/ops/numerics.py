@@ -1,9 +1,9 @@
-"""Small numerical helpers shared by the recurrent, chunk and scan forms of the ops."""
+"""Small numerical helpers shared by every form of the ops (recurrent, chunk, scan and the kernels' wrappers)."""
 
 import jax
 import jax.numpy as jnp
 
-from pallas_kernels._tiles import varying_axes
+from pallas_kernels.tiles import varying_axes
 
 L2_NORM_EPS = 1e-6
 HIGHEST = jax.lax.Precision.HIGHEST
@@ -68,3 +68,13 @@ def doc_ids(segment_ids: jax.Array | None, batch: int, length: int) -> jax.Array
 def resets(docs: jax.Array) -> jax.Array:
     """[B, T] bool: True where a new document starts (never at t=0: the initial state is kept there)."""
     return jnp.concatenate([jnp.zeros_like(docs[:, :1], bool), docs[:, 1:] != docs[:, :-1]], axis=1)
+
+
+def time_major(*xs):
+    """[B, T, ...] -> [T, B, ...] for each of xs (the recurrences scan over T)."""
+    return [jnp.moveaxis(x, 1, 0) for x in xs]
+
+
+def zero_where(reset_t, state):
+    """Zero each batch row of `state` whose token starts a new document."""
+    return jnp.where(reset_t.reshape((-1,) + (1,) * (state.ndim - 1)), 0, state)

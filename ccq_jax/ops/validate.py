@@ -11,6 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ccq_jax.ops.numerics import doc_ids
 from ccq_jax.ops.types import CCQStats
 
 
@@ -116,3 +117,30 @@ def chunk_size(value):
     if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 1:
         raise ValueError(f"chunk_size: expected a positive integer, got {value!r}")
     return int(value)
+
+
+def documents(value, b, t):
+    """segment_ids (or None) as the monotone document index [B, T] int32 the implementations take."""
+    return doc_ids(segment_ids(value, b, t), b, t)
+
+
+def gla_inputs(q, k, v, g):
+    """(q, k, v, g, (B, T, H, K, V)) of a GLA op: g per key channel, a log decay <= 0."""
+    q, k, v, dims = qkv(q, k, v)
+    b, t, h, dk, _ = dims
+    g = per_token("g", g, (b, t, h, dk), "BTHK", hi=0, meaning="log decay: g <= 0")
+    return q, k, v, g, dims
+
+
+def delta_inputs(q, k, v, g, beta):
+    """(q, k, v, g, beta, (B, T, H, K, V)) of a gated-delta-rule op: g per head <= 0, beta in [0, 2]."""
+    q, k, v, dims = qkv(q, k, v)
+    b, t, h = dims[:3]
+    g = per_token("g", g, (b, t, h), "BTH", hi=0, meaning="log decay: g <= 0")
+    beta = per_token("beta", beta, (b, t, h), "BTH", lo=0, hi=2, meaning="delta-rule step size")
+    return q, k, v, g, beta, dims
+
+
+def ccq_gate(lam, b, t, h):
+    """The CCQ gate lambda [B, T, H] in [0, 1]."""
+    return per_token("lam", lam, (b, t, h), "BTH", lo=0, hi=1, meaning="CCQ gate lambda")

@@ -160,6 +160,6 @@ def test_search_gallops_both_ways():
         calls.append(n)
         return n <= 1000
 
-    assert niah._largest_fitting(fits, 64) == 1000
-    assert niah._largest_fitting(fits, 5000) == 1000
-    assert niah._largest_fitting(fits, 1000) == 1000 and niah._largest_fitting(lambda n: False, 10) == 0
+    assert niah.largest_fitting(fits, 64) == 1000
+    assert niah.largest_fitting(fits, 5000) == 1000
+    assert niah.largest_fitting(fits, 1000) == 1000 and niah.largest_fitting(lambda n: False, 10) == 0

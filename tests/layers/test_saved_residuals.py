@@ -8,7 +8,7 @@ import pytest
 from jax._src.ad_checkpoint import saved_residuals
 
 from ccq_jax.layers.conv import causal_conv_silu
-from ccq_jax.layers.gated_deltanet import _l2_normalized
+from ccq_jax.layers.gated_deltanet import l2_normalized
 from ccq_jax.layers.mlp import swiglu_down
 from ccq_jax.layers.norm import gated_rms_norm, rms_norm
 
@@ -54,7 +54,7 @@ def test_short_convolution_keeps_its_input_and_kernel():
 
 def test_l2_normalisation_keeps_its_input():
     x = _x(B, T, 2, D)
-    assert _kept(_l2_normalized, x) == [((B, T, 2, D), "bfloat16")]
+    assert _kept(l2_normalized, x) == [((B, T, 2, D), "bfloat16")]
 
 
 def test_recomputation_changes_no_value_or_gradient():
@@ -86,5 +86,5 @@ def test_a_block_keeps_no_float32_copy_from_those_functions(preset):
 
     rows = block_residuals(preset, batch=2, seqlen=16, attn_impl="chunk")
     assert rows and all(size > 0 for size, _, _ in rows)
-    lean = ("norm.py", "conv.py", "mlp.py", "_l2_normalized", "log_sigmoid", "ccq.py")
+    lean = ("norm.py", "conv.py", "mlp.py", "l2_normalized", "log_sigmoid", "ccq.py")
     assert not [what for _, what, where in rows if what.startswith("float32[") and any(s in where for s in lean)]

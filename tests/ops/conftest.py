@@ -14,7 +14,7 @@ def rel_rms(actual, expected):
     return float(np.linalg.norm(actual - expected) / max(np.linalg.norm(expected), 1e-30))
 
 
-def _log_decay(rng, shape, case):
+def log_decay(rng, shape, case):
     x = rng.standard_normal(shape)
     if case == "strong_decay":
         return -np.logaddexp(0, -x) / 0.1  # logsigmoid(x) / 0.1: decays of exp(-7) per token
@@ -43,8 +43,8 @@ def make_inputs(seed, case, t=T, k_norm=False):
         q=f32(rng.standard_normal((B, t, H, K))),
         k=f32(k),
         v=f32(rng.standard_normal((B, t, H, V))),
-        g=f32(_log_decay(rng, (B, t, H, K), case)),
-        g_head=f32(_log_decay(rng, (B, t, H), case)),
+        g=f32(log_decay(rng, (B, t, H, K), case)),
+        g_head=f32(log_decay(rng, (B, t, H), case)),
         beta=f32(rng.uniform(0, 1, (B, t, H))),
         lam=f32(rng.uniform(0, 1, (B, t, H))),
         initial_state=f32(rng.standard_normal((B, H, K, V))),

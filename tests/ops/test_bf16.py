@@ -11,7 +11,7 @@ import pytest
 
 import ccq_jax.ops as ops
 from tests.ops.conftest import make_inputs, rel_rms
-from tests.ops.test_gradients import _float64_ground_truth, _grads
+from tests.ops.test_gradients import float64_ground_truth, op_gradients
 
 OUT_TOL, GRAD_TOL, GATE_GRAD_TOL = 0.005, 0.008, 0.02
 
@@ -29,8 +29,8 @@ def test_bf16_chunk(name):
     pos = [_bf16(x[n]) if n in "qkv" else x[n] for n in names]
     op = getattr(ops, name)
     kw = {"initial_state": x["initial_state"]}
-    want = _float64_ground_truth(op, [np.asarray(p, np.float32) for p in pos], kw, x)
-    got = _grads(op, pos, kw, x, "chunk", None)
+    want = float64_ground_truth(op, [np.asarray(p, np.float32) for p in pos], kw, x)
+    got = op_gradients(op, pos, kw, x, "chunk", None)
     labels = ["initial_state"] + names
     for label, g, w in zip(labels, jax.tree.leaves(got), jax.tree.leaves(want)):
         tol = GATE_GRAD_TOL if label in ("g", "g_head", "beta", "lam") else GRAD_TOL

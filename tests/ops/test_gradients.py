@@ -34,23 +34,23 @@ def _loss_fn(op, x, impl, chunk, seed):
     return loss
 
 
-def _grads(op, pos, kw, x, impl, chunk):
+def op_gradients(op, pos, kw, x, impl, chunk):
     # same seed => same random output weights for every impl
     return jax.grad(_loss_fn(op, x, impl, chunk, seed=0))({"pos": pos, "kw": kw})
 
 
-def _float64_ground_truth(op, pos, kw, x):
+def float64_ground_truth(op, pos, kw, x):
     with jax.enable_x64(True):
         to64 = lambda a: jnp.asarray(a, jnp.float64)
-        grads = _grads(op, jax.tree.map(to64, pos), jax.tree.map(to64, kw), x, "recurrent", None)
+        grads = op_gradients(op, jax.tree.map(to64, pos), jax.tree.map(to64, kw), x, "recurrent", None)
         return jax.tree.map(np.asarray, grads)
 
 
 def _compare(op, pos, kw, x):
-    want = _float64_ground_truth(op, pos, kw, x)
+    want = float64_ground_truth(op, pos, kw, x)
     leaves_want = jax.tree_util.tree_leaves_with_path(want)
     for impl, chunk in IMPLS:
-        got = jax.tree.leaves(_grads(op, pos, kw, x, impl, chunk))
+        got = jax.tree.leaves(op_gradients(op, pos, kw, x, impl, chunk))
         for (path, w), g in zip(leaves_want, got):
             assert np.all(np.isfinite(g)), f"{impl}/{chunk}: non-finite gradient at {jax.tree_util.keystr(path)}"
             err = rel_rms(g, w)

@@ -38,7 +38,8 @@ def _gdn(x, **kw):
     ({"q": np.zeros((2, 8, 2, 16), np.int32)}, r"q: expected a floating dtype"),
     ({"initial_state": np.zeros((2, 2, 12, 16), np.float32)}, r"initial_state: expected shape \[B=2, H=2, K=16, V=12\]"),
     ({"scale": -1.0}, r"scale: expected a positive finite number, got -1.0"),
-    ({"impl": "flash"}, r"impl: expected one of \['chunk', 'pallas', 'recurrent', 'scan'\], got 'flash'"),
+    ({"impl": "flash"}, r"impl: expected one of \['chunk', 'pallas', 'pallas_mosaic_gpu', 'pallas_triton', 'recurrent', "
+                          r"'scan'\], got 'flash'"),
     ({"segment_ids": np.zeros((2, 8), np.float32)}, r"segment_ids: expected an integer dtype"),
     ({"segment_ids": np.zeros((2, 9), np.int32)}, r"segment_ids: expected shape \[B=2, T=8\], got \(2, 9\)"),
     ({"chunk_size": 0}, r"chunk_size: expected a positive integer, got 0"),

@@ -11,8 +11,8 @@ import jax.numpy as jnp
 import numpy as np
 
 import ccq_jax.ops as ops
-from tests.ops.conftest import _log_decay, rel_rms
-from tests.ops.test_gradients import _float64_ground_truth, _grads, flags
+from tests.ops.conftest import log_decay, rel_rms
+from tests.ops.test_gradients import float64_ground_truth, op_gradients, flags
 
 FP32_TOL = 1e-4  # fla's chunk numerics (decays as differences of in-chunk cumsums): measured <= 2e-5
 OUT_TOL, GRAD_TOL, GATE_GRAD_TOL = 0.005, 0.008, 0.02  # fla's half-precision tolerances
@@ -38,7 +38,7 @@ def inputs(seed, t, h=2, dk=12, dv=20):
     cuts = [t // 7, t // 3 + 1, (9 * t) // 10 - t // 7 - t // 3 - 1]
     lengths = [cuts + [t - sum(cuts)], [t - 5, 5]]  # an id that comes back after another starts a new document
     segments = np.stack([np.repeat([0, 1, 2, 1], lengths[0]), np.repeat([7, 3], lengths[1])]).astype(np.int32)
-    gates = lambda *shape: np.stack([_log_decay(rng, shape, "strong_decay"), _log_decay(rng, shape, "zeroed_gates")])
+    gates = lambda *shape: np.stack([log_decay(rng, shape, "strong_decay"), log_decay(rng, shape, "zeroed_gates")])
     k = rng.standard_normal((2, t, h, dk))
     init_k = rng.standard_normal((2, h, 5, dk))
     init_k /= np.linalg.norm(init_k, axis=-1, keepdims=True)
@@ -88,8 +88,8 @@ def check_op(name, x, chunk, dtype=jnp.float32, **options):
         err = rel_rms(np.asarray(g, np.float32), w)
         assert err < (FP32_TOL if fp32 else OUT_TOL), f"{name} {jax.tree_util.keystr(path)}: relative RMS {err:.2e}"
 
-    want = _float64_ground_truth(op, ref_pos, kw, x)
-    got = _grads(op, pos, kw, x, "pallas", chunk)
+    want = float64_ground_truth(op, ref_pos, kw, x)
+    got = op_gradients(op, pos, kw, x, "pallas", chunk)
     for (path, w), g in zip(jax.tree_util.tree_leaves_with_path(want), jax.tree.leaves(got)):
         label = OPS[name][path[1].idx] if path[0].key == "pos" else jax.tree_util.keystr(path[1:])
         assert np.all(np.isfinite(np.asarray(g, np.float32))), f"{name} d{label}: not finite"

@@ -1,5 +1,5 @@
 """The WY/UT kernels (`pallas_kernels.delta_wy`) against the XLA per-chunk algebra they replace
-(`_delta_wy`): w and u from T, T itself against float64 numpy, and the gradient against
+(`kernel_twins.wy`): w and u from T, T itself against float64 numpy, and the gradient against
 `jax.vjp` of the XLA form.
 
 Interpret mode on the CPU, packed documents (a document starts inside a chunk), strong decay,
@@ -11,7 +11,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from ccq_jax.ops import pallas as backend
+from ccq_jax.ops.pallas_layout import chunk_cumsum, layout
+from ccq_jax.ops.src.gated_delta_rule import kernel_twins
 from pallas_kernels.delta_wy import wy_apply, wy_gradient, wy_inverse
 from tests.ops.conftest import rel_rms
 
@@ -26,8 +27,8 @@ def _inputs(chunk, dtype, dk=32, dv=64):
     g = jnp.asarray(-np.exp(rng.standard_normal((b, t, h)) - 1.0), jnp.float32)
     beta = jnp.asarray(rng.uniform(0, 1, (b, t, h)), jnp.float32)
     docs = np.repeat(np.array([[0, 1, 2], [4, 4, 5]]), [chunk // 2 + 3, chunk, chunk // 2 - 3], axis=1)
-    lay = backend._layout(jnp.asarray(docs, jnp.int32), chunk)
-    return jnp.asarray(k, dtype), jnp.asarray(v, dtype), backend._chunk_cumsum(g, chunk), beta, lay, rng
+    lay = layout(jnp.asarray(docs, jnp.int32), chunk)
+    return jnp.asarray(k, dtype), jnp.asarray(v, dtype), chunk_cumsum(g, chunk), beta, lay, rng
 
 
 @pytest.mark.parametrize("chunk,dtype,tol", [(32, jnp.float32, 1e-5), (64, jnp.float32, 1e-5),
@@ -37,7 +38,7 @@ def test_matches_the_xla_form(chunk, dtype, tol):
     k, v, G, beta, lay, _ = _inputs(chunk, dtype, dv=128)
     inverse = wy_inverse(k, G, beta, lay.dd, chunk=chunk, interpret=True)
     w, u = wy_apply(inverse, k, v, G, beta, lay.reads, chunk=chunk, interpret=True)
-    want_w, want_u = backend._delta_wy(k, v, G, beta, lay, chunk)
+    want_w, want_u = kernel_twins.wy(k, v, G, beta, lay, chunk)
     assert w.dtype == u.dtype == dtype
     assert rel_rms(w, want_w) < tol
     assert rel_rms(u, want_u) < tol
@@ -75,7 +76,7 @@ def test_gradient_matches_the_vjp_of_the_xla_form(chunk, dtype, tol, gate_tol):
     inverse = wy_inverse(k, G, beta, lay.dd, chunk=chunk, interpret=True)
     got = wy_gradient(k, v, G, beta, lay.reads, lay.dd, inverse, dw, du, dk_rest, chunk=chunk, interpret=True)
     up = lambda x: x.astype(jnp.float32)
-    _, vjp = jax.vjp(lambda k, v, G, beta: backend._delta_wy(k, v, G, beta, lay, chunk), up(k), up(v), G, beta)
+    _, vjp = jax.vjp(lambda k, v, G, beta: kernel_twins.wy(k, v, G, beta, lay, chunk), up(k), up(v), G, beta)
     want = vjp((up(dw), up(du)))
     assert got[0].dtype == got[1].dtype == dtype
     for name, g, w, t in zip(["dk", "dv", "dbeta", "dG"], got, [want[0] + dk_rest, want[1], want[3], want[2]],

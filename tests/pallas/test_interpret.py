@@ -11,7 +11,6 @@ import jax.numpy as jnp
 import pytest
 
 import ccq_jax.ops as ops
-import ccq_jax.ops.pallas as backend
 from tests.pallas.conftest import OPS, check_op, inputs
 
 
@@ -53,12 +52,11 @@ def test_chunk_size_must_be_a_power_of_two():
 
 
 @pytest.mark.parametrize("name", ["gated_delta_rule", "ccq_gated_delta_rule"])
-def test_gated_delta_rule_chunk_limit_on_a_gpu(monkeypatch, name):
-    """Compiled for a GPU, the gated delta rule refuses chunks past 64 before anything compiles (the H200 refused
-    chunk 128 at compilation, for want of shared memory)."""
-    monkeypatch.setattr(backend, "_interpret", lambda: False)
+def test_gated_delta_rule_chunk_limit_on_a_gpu(name):
+    """Compiled for a GPU (interpret=False on a CPU: lowered for one), the gated delta rule refuses chunks past 64
+    before anything compiles (the H200 refused chunk 128 at compilation, for want of shared memory)."""
     x = inputs(32, t=20)
     with pytest.raises(ValueError, match=r"chunk_size: impl='pallas' runs the gated delta rule at chunk sizes up "
                                          r"to 64 on a GPU \(larger chunks need more shared memory than an "
                                          r"H100/H200 block has\), got 128"):
-        getattr(ops, name)(*(x[n] for n in OPS[name]), impl="pallas", chunk_size=128)
+        getattr(ops, name)(*(x[n] for n in OPS[name]), impl="pallas", chunk_size=128, interpret=False)

@@ -5,6 +5,7 @@ import jax.numpy as jnp
 import pytest
 
 from pallas_kernels import linear_attention as la
+from pallas_kernels import linear_attention_grad as la_grad
 
 B, T, H, K, C = 1, 64, 1, 16, 64
 
@@ -36,7 +37,7 @@ def test_chunk_dqk_takes_scores_only_for_ungated_square_attention(gate, v_width,
     scores = jnp.zeros((B, H, T, C))
     with pytest.raises(ValueError, match=r"chunk_dqk: scores \(v the keys\) need no gates and v's width equal to "
                                          r"k's, got " + got):
-        la.chunk_dqk(x, x, v, v, x if gate else None, masks, masks, jnp.ones((B, 1)), states, states, scores, None,
+        la_grad.chunk_dqk(x, x, v, v, x if gate else None, masks, masks, jnp.ones((B, 1)), states, states, scores, None,
                      chunk=C, gate=gate, scale=1.0, interpret=True, scores=scores)
 
 

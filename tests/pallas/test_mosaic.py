@@ -1,15 +1,16 @@
 """The Mosaic GPU state passes (`pallas_kernels.mosaic_delta_states`) without a GPU: the three lower to a Mosaic
 GPU kernel each for the "cuda" platform (Mosaic GPU lowers in Python, so layouts, transforms, shared-memory
 tiles, the warp-specialized pipeline and the hand-written one are checked here), calls that do not qualify are
-refused by name, and the op keeps the Triton twins in interpret mode. Their numbers are checked on the GPU
-(test_gpu.py), where they run."""
+refused by name, and impl="pallas" picks them only where they compile (the Triton twins otherwise). Their numbers
+are checked on the GPU (test_gpu.py), where they run."""
 
 import jax
 import jax.numpy as jnp
 import pytest
 
-import ccq_jax.ops.pallas as backend
 from benchmarks.kernel_resources import lowered_kernels
+from ccq_jax.ops import registry
+from ccq_jax.ops.src.gated_delta_rule import api, pallas_mosaic_gpu
 from pallas_kernels import mosaic_delta_states as mosaic
 
 B, T, H, K, V, C = 1, 128, 6, 256, 512, 64  # the benchmark's head shapes, two chunks
@@ -66,14 +67,9 @@ def test_refuses_what_it_does_not_take(dtype, dk, dv, chunk, store):
         mosaic.state_gradient_pass(*gradient_args, chunk=chunk, scale=1.0, store=store)
 
 
-def test_switched_off_the_op_lowers_the_triton_twins(monkeypatch):
-    """Cross-lowered for a GPU (tests/pallas/test_lowering.py counts both backends' kernels with it switched on)."""
-    monkeypatch.setattr(backend, "MOSAIC_STATE_PASSES", False)
-    jax.clear_caches()  # the switch is read while tracing: traces made with it on (or off) are cached
-    try:
-        triton, mosaic_kernels = lowered_kernels("gated_delta_rule", "bfloat16")
-    finally:
-        jax.clear_caches()
+def test_impl_pallas_triton_lowers_the_triton_twins():
+    """Cross-lowered for a GPU (tests/pallas/test_lowering.py counts both backends' kernels under impl="pallas")."""
+    triton, mosaic_kernels = lowered_kernels("gated_delta_rule", "bfloat16", impl="pallas_triton")
     assert mosaic_kernels == 0
     assert [name for name, *_ in triton].count("delta_states") == 1  # the forward's; the backward's is chunk_states
     assert len(triton) == 12
@@ -92,10 +88,31 @@ def test_the_gradient_pass_refuses_mixed_dtypes():
         mosaic.state_gradient_pass(*args, chunk=C, scale=1.0, store=jnp.bfloat16)
 
 
-def test_the_op_takes_it_only_on_a_gpu_and_when_switched_on(monkeypatch):
-    k, u = jnp.zeros((B, T, H, K), jnp.bfloat16), jnp.zeros((B, T, H, V), jnp.bfloat16)
-    assert mosaic.supports(k, u, C, jnp.bfloat16)
-    assert backend._mosaic_state_pass(k, u, C, jnp.bfloat16, interpret=False)
-    assert not backend._mosaic_state_pass(k, u, C, jnp.bfloat16, interpret=True)
-    monkeypatch.setattr(backend, "MOSAIC_STATE_PASSES", False)
-    assert not backend._mosaic_state_pass(k, u, C, jnp.bfloat16, interpret=False)
+def _call(platform="gpu", interpret=None, dtype=jnp.bfloat16, dk=K, dv=V, chunk=None):
+    return registry.Call(platform, interpret, dtype, dk, dv, chunk)
+
+
+@pytest.mark.parametrize("call,why", [
+    (_call(interpret=True), "compile for a GPU only"),
+    (_call(platform="cpu"), "compile for a GPU only"),
+    (_call(dtype=jnp.float32), "got float32, K=256, V=512, chunk=64"),
+    (_call(dk=64), "K=64"),
+    (_call(chunk=32), "chunk=32"),
+])
+def test_the_backend_says_why_it_does_not_take_a_call(call, why):
+    assert why in pallas_mosaic_gpu.supports(call)
+    assert registry.choose("gated_delta_rule", api.IMPLEMENTATIONS, "pallas", call)[0] == "pallas_triton"
+
+
+@pytest.mark.parametrize("call", [_call(), _call(platform="cpu", interpret=False), _call(dk=100, dv=300)])
+def test_impl_pallas_picks_it_where_it_compiles(call):
+    """On a GPU (or lowered for one from a CPU) at bf16, K and V padded to multiples of 128 (100 -> 128)."""
+    assert pallas_mosaic_gpu.supports(call) is None
+    assert registry.choose("gated_delta_rule", api.IMPLEMENTATIONS, "pallas", call)[0] == "pallas_mosaic_gpu"
+
+
+def test_naming_it_where_it_does_not_compile_is_a_value_error():
+    q = jnp.zeros((1, 16, 1, 16), jnp.float32)
+    with pytest.raises(ValueError, match=r"impl: 'pallas_mosaic_gpu' does not take this call \(pallas_mosaic_gpu: "
+                                         r"the Mosaic GPU kernels compile for a GPU only"):
+        api.gated_delta_rule(q, q, q, q[..., 0] * 0, q[..., 0], impl="pallas_mosaic_gpu")

@@ -1,0 +1,33 @@
+"""`ccq_gated_delta_rule`: validation, the implementations `impl=` chooses from (the references composed, the
+kernels fused), the public function."""
+
+from ccq_jax.ops import validate
+from ccq_jax.ops.registry import Implementation
+from ccq_jax.ops.src.ccq_gated_delta_rule import pallas_mosaic_gpu, pallas_triton
+from ccq_jax.ops.src.ccq_query import reference as read
+from ccq_jax.ops.src.ccq_query.api import call_fused
+from ccq_jax.ops.src.gated_delta_rule import reference as backbone
+
+IMPLEMENTATIONS = {
+    "recurrent": Implementation(read.feeding(read.recurrent, backbone.recurrent)),
+    "chunk": Implementation(read.feeding(read.chunk, backbone.chunk), chunked=True),
+    "scan": Implementation(read.feeding(read.scan, backbone.scan)),
+    "pallas_mosaic_gpu": Implementation(pallas_mosaic_gpu.ccq_gated_delta_rule, chunked=True,
+                                        supports=pallas_mosaic_gpu.supports),
+    "pallas_triton": Implementation(pallas_triton.ccq_gated_delta_rule, chunked=True, supports=pallas_triton.supports),
+}
+
+
+def ccq_gated_delta_rule(q, k, v, g, beta, lam, *, scale=None, initial_state=None, initial_stats=None,
+                         output_final_state=False, output_final_stats=False, centered=True, normalize_keys=True,
+                         segment_ids=None, impl="chunk", chunk_size=None, config=None, interpret=None):
+    """Gated delta rule read with the CCQ-cleaned query: gated_delta_rule(ccq_query(q, k, lam), k, v, g, beta).
+
+    Returns (o, (final_state or None, final_stats or None)).
+    """
+    q, k, v, g, beta, dims = validate.delta_inputs(q, k, v, g, beta)
+    lam = validate.ccq_gate(lam, *dims[:3])
+    return call_fused("ccq_gated_delta_rule", IMPLEMENTATIONS, (q, k, v, g, beta, lam), dims, scale=scale,
+                      initial_state=initial_state, initial_stats=initial_stats, output_final_state=output_final_state,
+                      output_final_stats=output_final_stats, centered=centered, normalize_keys=normalize_keys,
+                      segment_ids=segment_ids, impl=impl, chunk_size=chunk_size, config=config, interpret=interpret)

@@ -1,0 +1,22 @@
+"""`ccq_query` feeding `gated_delta_rule` on the kernels, under one custom VJP (`ccq_query.fused`), for any of the
+delta rule's `StatePasses`."""
+
+from ccq_jax.ops.pallas_layout import Launch
+from ccq_jax.ops.src.ccq_query.fused import Backbone, fused_op
+from ccq_jax.ops.src.gated_delta_rule import pallas_triton as delta
+
+
+def with_passes(passes):
+    """`ccq_gated_delta_rule` (the kernels' signature) with the delta rule's state passes `passes`."""
+
+    def ccq_gated_delta_rule(q, k, v, g, beta, lam, *, scale, initial_state, initial_stats, centered,
+                             normalize_keys, docs, interpret, config, chunk_size=64):
+        run = Launch(interpret, config)
+        inputs, g, beta = delta.padded_inputs(q, k, v, g, beta, initial_state, chunk_size, run)
+        chunk = inputs.chunk
+        backbone = Backbone(lambda *args: delta.vjp_forward(*args, scale, chunk, passes, run),
+                            lambda res, cts: delta.vjp_backward(scale, chunk, passes, run, res, cts))
+        return fused_op(backbone, inputs, (inputs.qkv[2], g, beta), lam, initial_stats, centered, normalize_keys,
+                        docs, run)
+
+    return ccq_gated_delta_rule

@@ -1,0 +1,31 @@
+"""`ccq_gla`: validation, the implementations `impl=` chooses from (the references composed, the kernels fused),
+the public function."""
+
+from ccq_jax.ops import validate
+from ccq_jax.ops.registry import Implementation
+from ccq_jax.ops.src.ccq_gla import pallas_triton
+from ccq_jax.ops.src.ccq_query import reference as read
+from ccq_jax.ops.src.ccq_query.api import call_fused
+from ccq_jax.ops.src.gla import reference as backbone
+
+IMPLEMENTATIONS = {
+    "recurrent": Implementation(read.feeding(read.recurrent, backbone.recurrent)),
+    "chunk": Implementation(read.feeding(read.chunk, backbone.chunk), chunked=True),
+    "scan": Implementation(read.feeding(read.scan, backbone.scan)),
+    "pallas_triton": Implementation(pallas_triton.ccq_gla, chunked=True, supports=pallas_triton.supports),
+}
+
+
+def ccq_gla(q, k, v, g, lam, *, scale=None, initial_state=None, initial_stats=None, output_final_state=False,
+            output_final_stats=False, centered=True, normalize_keys=True, segment_ids=None, impl="chunk",
+            chunk_size=None, config=None, interpret=None):
+    """GLA read with the CCQ-cleaned query (write rule unchanged): gla(ccq_query(q, k, lam), k, v, g).
+
+    Returns (o, (final_state or None, final_stats or None)).
+    """
+    q, k, v, g, dims = validate.gla_inputs(q, k, v, g)
+    lam = validate.ccq_gate(lam, *dims[:3])
+    return call_fused("ccq_gla", IMPLEMENTATIONS, (q, k, v, g, lam), dims, scale=scale, initial_state=initial_state,
+                      initial_stats=initial_stats, output_final_state=output_final_state,
+                      output_final_stats=output_final_stats, centered=centered, normalize_keys=normalize_keys,
+                      segment_ids=segment_ids, impl=impl, chunk_size=chunk_size, config=config, interpret=interpret)

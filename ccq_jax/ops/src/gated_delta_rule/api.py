@@ -1,0 +1,31 @@
+"""`gated_delta_rule`: validation, the implementations `impl=` chooses from, the public function."""
+
+from ccq_jax.ops import registry, validate
+from ccq_jax.ops.registry import Implementation
+from ccq_jax.ops.src.gated_delta_rule import pallas_mosaic_gpu, pallas_triton, reference
+
+IMPLEMENTATIONS = {
+    "recurrent": Implementation(reference.recurrent),
+    "chunk": Implementation(reference.chunk, chunked=True),
+    "scan": Implementation(reference.scan),
+    "pallas_mosaic_gpu": Implementation(pallas_mosaic_gpu.gated_delta_rule, chunked=True,
+                                        supports=pallas_mosaic_gpu.supports),
+    "pallas_triton": Implementation(pallas_triton.gated_delta_rule, chunked=True, supports=pallas_triton.supports),
+}
+
+
+def gated_delta_rule(q, k, v, g, beta, *, scale=None, initial_state=None, output_final_state=False,
+                     segment_ids=None, impl="chunk", chunk_size=None, config=None, interpret=None):
+    """Gated delta rule (fla's): S = exp(g_t) S; u_t = beta_t (v_t - S^T k_t); S = S + k_t u_t^T; o_t = scale S^T q_t.
+
+    q, k: [B, T, H, K]; v: [B, T, H, V]; g (log decay <= 0), beta (in [0, 2]): [B, T, H].
+    Returns (o [B, T, H, V], final_state [B, H, K, V] fp32 or None).
+    """
+    q, k, v, g, beta, (b, t, h, dk, dv) = validate.delta_inputs(q, k, v, g, beta)
+    call = registry.call_of(q, k, v, chunk_size=chunk_size, interpret=interpret)
+    fn, options = registry.prepare("gated_delta_rule", IMPLEMENTATIONS, impl, call, static=("scale",), config=config,
+                                   interpret=interpret)
+    o, final = fn(q, k, v, g, beta, scale=validate.scale(scale, dk),
+                  initial_state=validate.state(initial_state, b, h, dk, dv), docs=validate.documents(segment_ids, b, t),
+                  **options)
+    return o, (final if output_final_state else None)

@@ -1,0 +1,31 @@
+"""`gla`: validation, the implementations `impl=` chooses from, the public function."""
+
+from ccq_jax.ops import registry, validate
+from ccq_jax.ops.registry import Implementation
+from ccq_jax.ops.src.gla import pallas_triton, reference
+
+IMPLEMENTATIONS = {
+    "recurrent": Implementation(reference.recurrent),
+    "chunk": Implementation(reference.chunk, chunked=True),
+    "scan": Implementation(reference.scan),
+    "pallas_triton": Implementation(pallas_triton.gla, chunked=True, supports=pallas_triton.supports),
+}
+
+
+def gla(q, k, v, g, *, scale=None, initial_state=None, output_final_state=False, segment_ids=None, impl="chunk",
+        chunk_size=None, config=None, interpret=None):
+    """Gated linear attention: S_t = diag(exp(g_t)) S_{t-1} + k_t v_t^T, o_t = scale * S_t^T q_t.
+
+    q, k, g: [B, T, H, K] (g = log decay <= 0 per key channel); v: [B, T, H, V].
+    scale defaults to K**-0.5. initial_state: [B, H, K, V]. Returns (o [B, T, H, V] in v's
+    dtype, final_state [B, H, K, V] fp32 or None). config (a `KernelConfig`) and interpret
+    apply to the kernel backends only.
+    """
+    q, k, v, g, (b, t, h, dk, dv) = validate.gla_inputs(q, k, v, g)
+    call = registry.call_of(q, k, v, chunk_size=chunk_size, interpret=interpret)
+    fn, options = registry.prepare("gla", IMPLEMENTATIONS, impl, call, static=("scale",), config=config,
+                                   interpret=interpret)
+    o, final = fn(q, k, v, g, scale=validate.scale(scale, dk), initial_state=validate.state(initial_state, b, h, dk,
+                  dv),
+                  docs=validate.documents(segment_ids, b, t), **options)
+    return o, (final if output_final_state else None)

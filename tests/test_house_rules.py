@@ -1,0 +1,101 @@
+"""The layout rules the code keeps: no module imports another module's private name, no file of the library over
+400 lines, and no import cycle between the project's modules (module-level imports)."""
+
+import ast
+import pathlib
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+PACKAGES = ("ccq_jax", "pallas_kernels", "train", "eval", "study", "benchmarks", "tests")
+LIBRARY = ("ccq_jax", "pallas_kernels")
+
+
+def _private(name):
+    return name.startswith("_") and not name.startswith("__")
+
+
+def _modules():
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            yield ".".join(parts[:-1] if parts[-1] == "__init__" else parts), path
+
+
+def _ours(module):
+    return module.split(".")[0] in PACKAGES
+
+
+def _private_uses(tree):
+    """(line, what) for each private name of a project module this module imports or reaches by attribute."""
+    modules = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                if _ours(a.name):
+                    if any(_private(p) for p in a.name.split(".")):
+                        yield node.lineno, a.name
+                    modules.add(a.asname or a.name.split(".")[0])
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0 and _ours(node.module):
+            if any(_private(p) for p in node.module.split(".")):
+                yield node.lineno, node.module
+            for a in node.names:
+                if _private(a.name):
+                    yield node.lineno, f"{node.module}.{a.name}"
+                modules.add(a.asname or a.name)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and _private(node.attr) and isinstance(node.value, ast.Name) \
+                and node.value.id in modules:
+            yield node.lineno, f"{node.value.id}.{node.attr}"
+
+
+def test_no_module_imports_a_private_name_of_another():
+    found = [f"{path.relative_to(ROOT)}:{line}: {what}" for _, path in _modules()
+             for line, what in _private_uses(ast.parse(path.read_text()))]
+    assert not found, "\n".join(found)
+
+
+def test_no_library_file_is_over_400_lines():
+    long = {str(p.relative_to(ROOT)): n for package in LIBRARY for p in (ROOT / package).rglob("*.py")
+            if (n := len(p.read_text().splitlines())) > 400}
+    assert not long, long
+
+
+def _imports(tree, known):
+    """The project modules a module imports at its top level (a `from package import name` counts the submodule
+    when `name` is one)."""
+    out = set()
+    for node in tree.body:
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names if a.name in known}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0 and node.module in known:
+            subs = {f"{node.module}.{a.name}" for a in node.names} & known
+            out |= subs or {node.module}
+            if len(subs) < len(node.names):
+                out.add(node.module)
+    return out
+
+
+def test_no_import_cycle():
+    paths = dict(_modules())
+    graph = {m: _imports(ast.parse(p.read_text()), paths.keys()) - {m} for m, p in paths.items()}
+    for m in graph:  # a package's __init__ runs before its submodules: importing a.b imports a
+        graph[m] = {d for dep in graph[m] for d in _with_parents(dep, paths)} - {m} - set(_with_parents(m, paths))
+    state, cycle = {}, []
+
+    def visit(m, stack):
+        state[m] = "open"
+        for d in sorted(graph[m]):
+            if state.get(d) == "open":
+                cycle.append(stack[stack.index(d):] + [d])
+            elif d not in state:
+                visit(d, stack + [d])
+        state[m] = "done"
+
+    for m in sorted(graph):
+        if m not in state:
+            visit(m, [m])
+    assert not cycle, cycle[0]
+
+
+def _with_parents(module, paths):
+    parts = module.split(".")
+    return [".".join(parts[:i]) for i in range(1, len(parts) + 1) if ".".join(parts[:i]) in paths]
