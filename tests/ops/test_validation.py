@@ -89,3 +89,10 @@ def test_pallas_refuses_a_platform_without_its_kernels(monkeypatch):
     q = np.full((1, 11, 1, 16), 0.1, np.float32)  # a shape no other test traces: the jit cache must not answer
     with pytest.raises(ValueError, match=r"impl: 'pallas' has no kernels for platform 'tpu' yet .*impl='chunk'"):
         ops.gla(q, q, q, -q, impl="pallas")
+
+
+def test_an_op_without_the_named_backend_says_which_it_has():
+    q = np.full((1, 8, 1, 16), 0.1, np.float32)
+    with pytest.raises(ValueError, match=r"impl: gla has no 'pallas_mosaic_gpu' backend; it has \['chunk', "
+                                         r"'pallas_triton', 'recurrent', 'scan'\] \(and 'pallas'\)"):
+        ops.gla(q, q, q, -q, impl="pallas_mosaic_gpu")
