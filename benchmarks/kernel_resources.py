@@ -14,8 +14,8 @@ Checked against the H200: a `delta_dstates` variant that the GPU refused for ask
 of shared memory comes out here at 271,364; another (k's decay on the `[C, BV]` side, eighth
 session) comes out at 205,824 but asked the H200 for 246,788 (238,596 at the GPU tests' T = 1000):
 the estimate can be a fifth low, so a kernel this close to the limit may still be refused there.
-In CI, tests/pallas/test_lowering.py counts the kernels `lowered_kernels` captures (Triton and Mosaic GPU) and
-tests/pallas/test_resources.py runs the bf16 check (the fp32 kernels' IEEE dots take this compiler
+In CI, tests/pallas/test_lowering.py counts the kernels `ccq_jax.ops.lowering` captures (Triton and Mosaic
+GPU) and tests/benchmarks/test_kernel_resources.py runs the bf16 check (the fp32 kernels' IEEE dots take this compiler
 many minutes).
 """
 
@@ -25,6 +25,8 @@ import re
 import subprocess
 import sys
 import tempfile
+
+from ccq_jax.ops.lowering import lowered_kernels
 
 SHARED_LIMIT = 232448  # bytes per block on an H100/H200 (the limit XLA reports when a kernel exceeds it)
 
@@ -41,57 +43,6 @@ out = subprocess.run([ptxas, "-arch=sm_90a", "-v", path + ".ptx", "-o", os.devnu
 print("shared", kernel.metadata.shared)
 print(out.stdout + out.stderr)
 """
-
-
-def lowered_kernels(op, dtype, impl="pallas"):
-    """([(kernel name, Triton IR text, num_warps, num_stages)], the number of Mosaic GPU kernels) of `op`'s forward
-    and backward for impl (compiled for a GPU: interpret=False), the Triton ones in lowering order (this tool
-    measures those; the Mosaic GPU ones are counted)."""
-    import jax
-    import jax.numpy as jnp
-    from jax._src.interpreters import mlir
-    from jax._src.pallas.triton import gpu_info, lowering, pallas_call_registration
-    from jax._src.lib.mlir import ir
-
-    import ccq_jax.ops as ops
-
-    info = gpu_info.GpuInfo(gpu_version=None, arch_name="9.0", compute_capability=90)
-    modules, kernels, mosaic = [], [], []
-    lower, custom_call = lowering.lower_jaxpr_to_triton_module, mlir.custom_call
-    get_info = pallas_call_registration.gpu_info_lib.get_gpu_info
-
-    def capture_module(*args, **kwargs):
-        result = lower(*args, **kwargs)
-        modules.append(result.module.operation.get_asm(enable_debug_info=False))
-        return result
-
-    def capture_call(*args, **kwargs):
-        if kwargs.get("call_target_name") == "__gpu$xla.gpu.triton":
-            value = lambda key, kind: kind(kwargs["backend_config"][key]).value
-            kernels.append((value("name", ir.StringAttr), modules.pop(), value("num_warps", ir.IntegerAttr),
-                            value("num_stages", ir.IntegerAttr)))
-        elif kwargs.get("call_target_name", "").startswith("mosaic_gpu"):
-            mosaic.append(kwargs["call_target_name"])
-        return custom_call(*args, **kwargs)
-
-    lowering.lower_jaxpr_to_triton_module, mlir.custom_call = capture_module, capture_call
-    pallas_call_registration.gpu_info_lib.get_gpu_info = lambda: info
-    try:
-        B, T, H, K, V = 1, 128, 2, 256, 512
-        spec = lambda *shape, d=dtype: jax.ShapeDtypeStruct(shape, d)
-        f32 = jnp.float32
-        args = {"q": spec(B, T, H, K), "k": spec(B, T, H, K), "v": spec(B, T, H, V), "g": spec(B, T, H, K, d=f32),
-                "g_head": spec(B, T, H, d=f32), "beta": spec(B, T, H, d=f32), "lam": spec(B, T, H, d=f32)}
-        names = {"gla": ["q", "k", "v", "g"], "gated_delta_rule": ["q", "k", "v", "g_head", "beta"],
-                 "ccq_query": ["q", "k", "lam"], "ccq_gla": ["q", "k", "v", "g", "lam"],
-                 "ccq_gated_delta_rule": ["q", "k", "v", "g_head", "beta", "lam"]}[op]
-        loss = lambda *x: jnp.sum(jnp.square(getattr(ops, op)(*x, impl=impl, interpret=False)[0].astype(f32)))
-        grad = jax.jit(jax.grad(loss, argnums=tuple(range(len(names)))))
-        grad.trace(*(args[n] for n in names)).lower(lowering_platforms=("cuda",))
-    finally:
-        lowering.lower_jaxpr_to_triton_module, mlir.custom_call = lower, custom_call
-        pallas_call_registration.gpu_info_lib.get_gpu_info = get_info
-    return kernels, len(mosaic)
 
 
 def measure(op, dtype, timeout):

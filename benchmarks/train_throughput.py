@@ -27,26 +27,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ccq_jax.compilation import CompileCounter
 from ccq_jax.models import count_params, get_config
 from train.optim import OptimConfig, make_optimizer
 from train.sharding import MeshConfig, make_mesh
 from train.step import compile_steps, init_state, make_eval_step, make_train_step
-
-
-class CompileCounter:
-    """Collects the seconds of every XLA backend compilation while open (jax.monitoring's compile event)."""
-
-    def __enter__(self):
-        self.seconds = []
-        jax.monitoring.register_event_duration_secs_listener(self._record)
-        return self
-
-    def _record(self, event, duration, **_):
-        if event == "/jax/core/compile/backend_compile_duration":
-            self.seconds.append(duration)
-
-    def __exit__(self, *exc):
-        jax.monitoring.unregister_event_duration_listener(self._record)
 
 
 def measure(preset, batch_size, seqlen, steps, warmup, peak_tflops, attn_impl, param_dtype="float32", remat=False,

@@ -99,3 +99,22 @@ def test_no_import_cycle():
 def _with_parents(module, paths):
     parts = module.split(".")
     return [".".join(parts[:i]) for i in range(1, len(parts) + 1) if ".".join(parts[:i]) in paths]
+
+
+def test_tests_share_builders_through_one_module():
+    """Tests import shared inputs, models and checks from tests/builders.py, never from a conftest or another
+    test module, and only the tests of a benchmark script (tests/benchmarks/) import `benchmarks`."""
+    found = []
+    for module, path in _modules():
+        if not module.startswith("tests."):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([node.module] if isinstance(node, ast.ImportFrom) and node.module else
+                     [a.name for a in node.names] if isinstance(node, ast.Import) else [])
+            for name in names:
+                last = name.split(".")[-1]
+                shared = name.startswith("tests.") and (last == "conftest" or last.startswith("test_"))
+                tool = name.split(".")[0] == "benchmarks" and not module.startswith("tests.benchmarks")
+                if shared or tool:
+                    found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {name}")
+    assert not found, "\n".join(found)

@@ -13,7 +13,7 @@ from safetensors.numpy import save_file
 from ccq_jax.convert import config_from_fla, config_to_fla, load_fla_checkpoint, save_fla_checkpoint
 from ccq_jax.convert.files import SAFETENSORS, read_state_dict
 from ccq_jax.models import abstract_model, get_config
-from tests.convert.conftest import FIXTURES, assert_same_params, params
+from tests.builders import assert_same_params, FIXTURES, flat_params as params
 
 GLA = {"model_type": "gla", "hidden_size": 32, "num_heads": 2, "num_hidden_layers": 1, "vocab_size": 48}
 

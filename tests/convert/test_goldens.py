@@ -10,8 +10,7 @@ import numpy as np
 import pytest
 
 from ccq_jax.convert import load_fla_checkpoint
-from tests.convert.conftest import FIXTURES, GOLDENS, forward
-from tests.ops.conftest import rel_rms
+from tests.builders import FIXTURES, forward, GOLDENS, rel_rms
 
 CCQ_GOLDENS = [c for c in GOLDENS if json.loads((FIXTURES / c / "config.json").read_text()).get("ccq")]
 

@@ -10,7 +10,7 @@ from ccq_jax.convert import load_fla_checkpoint, parity
 from ccq_jax.convert.cli import convert_main, parity_main
 from ccq_jax.convert.files import read_state_dict
 from ccq_jax.convert.parity import logit_metrics
-from tests.convert.conftest import FIXTURES, assert_same_params
+from tests.builders import assert_same_params, FIXTURES
 
 
 @pytest.mark.parametrize("dtype,tf32,ieee,highest", [("float32", False, True, True), ("float32", True, False, False),

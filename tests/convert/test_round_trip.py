@@ -8,7 +8,7 @@ import pytest
 from ccq_jax.convert import config_from_fla, load_fla_checkpoint, save_fla_checkpoint
 from ccq_jax.convert.files import SAFETENSORS_INDEX, read_state_dict
 from ccq_jax.convert.native import load_model, save_model
-from tests.convert.conftest import FIXTURES, GOLDENS, assert_same_params, random_model
+from tests.builders import assert_same_params, FIXTURES, GOLDENS, random_model
 
 MODELS = {
     "gla": ("gla-tiny", dict(dtype="bfloat16", param_dtype="bfloat16", use_short_conv=True, num_kv_heads=2,

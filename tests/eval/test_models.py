@@ -11,8 +11,7 @@ from ccq_jax.inference import generate
 from ccq_jax.layers.shapes import split_heads
 from ccq_jax.tokenizers import ByteTokenizer
 from eval.models import ModelRunner, TextTokenizer, bucket
-from tests.models.conftest import build, token_ids
-from tests.ops.conftest import rel_rms
+from tests.builders import build, rel_rms, token_ids
 
 BOS = ByteTokenizer.bos_id
 

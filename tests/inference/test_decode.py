@@ -5,8 +5,7 @@ import jax.numpy as jnp
 import pytest
 
 from ccq_jax.inference import cache_nbytes, decode_step, init_cache, prefill
-from tests.models.conftest import CASES, build, forward, token_ids
-from tests.ops.conftest import rel_rms
+from tests.builders import build, forward, MODEL_CASES as CASES, rel_rms, token_ids
 
 T, PROMPT = 18, 11
 

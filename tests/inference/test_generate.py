@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from ccq_jax.inference import decode, generate, init_cache, prefill, sample_next
-from tests.models.conftest import CASES, build, token_ids
+from tests.builders import build, MODEL_CASES as CASES, token_ids
 
 
 @pytest.mark.parametrize("case", ["transformer", "ccq-gdn"])  # KV cache and RoPE; recurrent state, stats, conv tails

@@ -9,8 +9,7 @@ from flax import nnx
 
 from ccq_jax.layers import Attention, CCQConfig, GatedDeltaNet, GatedLinearAttention
 from tests.layers import numpy_layers as ref
-from tests.layers.conftest import D, SEGMENTS, call, inputs, params, randomize
-from tests.ops.conftest import rel_rms
+from tests.builders import call, D, layer_inputs as inputs, layer_params as params, randomize, rel_rms, SEGMENTS
 
 TOL = 2e-5  # fp32 layer vs float64 NumPy (measured ~1e-6)
 CCQ = {"none": None, "learned": CCQConfig(), "fixed": CCQConfig(mode="fixed", fixed_lambda=0.7, centered=False),

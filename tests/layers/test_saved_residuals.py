@@ -4,7 +4,6 @@ inputs, in their own dtype, never a float32 copy or an intermediate (the memory 
 import jax
 import jax.numpy as jnp
 import numpy as np
-import pytest
 from jax._src.ad_checkpoint import saved_residuals
 
 from ccq_jax.layers.conv import causal_conv_silu
@@ -75,16 +74,3 @@ def test_recomputation_changes_no_value_or_gradient():
     np.testing.assert_allclose(lean(*args), plain(*args), rtol=1e-6)
     for a, b in zip(jax.grad(lean, argnums=(0, 1, 2, 3))(*args), jax.grad(plain, argnums=(0, 1, 2, 3))(*args)):
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6 * float(jnp.max(jnp.abs(b))))
-
-
-@pytest.mark.parametrize("preset", ["ccq-gdn-tiny", "ccq-gla-tiny"])
-def test_a_block_keeps_no_float32_copy_from_those_functions(preset):
-    """benchmarks/saved_residuals.py over a whole block: nothing fp32 is kept from the norms, the convolution, the
-    l2 normalisation, GLA's log gates, the CCQ gate or the MLP (the gates the ops take and their fp32 states are
-    kept)."""
-    from benchmarks.saved_residuals import block_residuals
-
-    rows = block_residuals(preset, batch=2, seqlen=16, attn_impl="chunk")
-    assert rows and all(size > 0 for size, _, _ in rows)
-    lean = ("norm.py", "conv.py", "mlp.py", "l2_normalized", "log_sigmoid", "ccq.py")
-    assert not [what for _, what, where in rows if what.startswith("float32[") and any(s in where for s in lean)]

@@ -8,8 +8,7 @@ import pytest
 from flax import nnx
 
 from ccq_jax.models import CausalLM, get_config, with_config
-from tests.models.conftest import CASES, build, forward, token_ids
-from tests.ops.conftest import rel_rms
+from tests.builders import build, forward, MODEL_CASES as CASES, rel_rms, token_ids
 
 
 def _loss(model, ids):

@@ -11,7 +11,7 @@ import numpy as np
 from jax.sharding import PartitionSpec as P
 
 import ccq_jax.ops as ops
-from tests.ops.conftest import rel_rms as _rel
+from tests.builders import rel_rms as _rel
 
 
 def main(impls):

@@ -5,7 +5,7 @@ import pytest
 
 import ccq_jax.ops as ops
 from tests.ops import numpy_reference as ref
-from tests.ops.conftest import CASES, K, make_inputs, rel_rms
+from tests.builders import K, make_inputs, OP_CASES as CASES, rel_rms
 
 FP32_TOL = 1e-5  # relative RMS; fp32 math lands near 1e-7
 IMPLS = [("recurrent", None), ("scan", None), ("chunk", None), ("chunk", 16), ("chunk", 24)]

@@ -10,8 +10,7 @@ import numpy as np
 import pytest
 
 import ccq_jax.ops as ops
-from tests.ops.conftest import make_inputs, rel_rms
-from tests.ops.test_gradients import float64_ground_truth, op_gradients
+from tests.builders import float64_ground_truth, make_inputs, op_gradients, rel_rms
 
 OUT_TOL, GRAD_TOL, GATE_GRAD_TOL = 0.005, 0.008, 0.02
 

@@ -1,49 +1,14 @@
 """Gradients of every impl (fp32) against the recurrent form run in float64, all inputs included."""
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 
 import ccq_jax.ops as ops
-from tests.ops.conftest import make_inputs, rel_rms
+from tests.builders import float64_ground_truth, make_inputs, op_gradients, rel_rms
 
 FP32_TOL = 1e-5
 IMPLS = [("recurrent", None), ("scan", None), ("chunk", None), ("chunk", 16), ("chunk", 24)]
-ALL_FINAL = {"output_final_state": True, "output_final_stats": True}
-FLAGS = {ops.gla: {"output_final_state": True}, ops.gated_delta_rule: {"output_final_state": True},
-         ops.ccq_query: {"output_final_stats": True}, ops.ccq_gla: ALL_FINAL, ops.ccq_gated_delta_rule: ALL_FINAL}
-
-
-def flags(op):
-    """The output flags of an op (or of a functools.partial of one, options bound)."""
-    return FLAGS[getattr(op, "func", op)]
-
-
-def _loss_fn(op, x, impl, chunk, seed):
-    """A scalar that touches every output (o and all final states) with random weights."""
-    rng = np.random.default_rng(seed)
-
-    def weighted(tree):
-        return sum(jnp.sum(a * rng.standard_normal(a.shape).astype(a.dtype)) for a in jax.tree.leaves(tree))
-
-    def loss(args):
-        out = op(*args["pos"], **args["kw"], **flags(op), segment_ids=x["segment_ids"], impl=impl, chunk_size=chunk)
-        return weighted(out)
-
-    return loss
-
-
-def op_gradients(op, pos, kw, x, impl, chunk):
-    # same seed => same random output weights for every impl
-    return jax.grad(_loss_fn(op, x, impl, chunk, seed=0))({"pos": pos, "kw": kw})
-
-
-def float64_ground_truth(op, pos, kw, x):
-    with jax.enable_x64(True):
-        to64 = lambda a: jnp.asarray(a, jnp.float64)
-        grads = op_gradients(op, jax.tree.map(to64, pos), jax.tree.map(to64, kw), x, "recurrent", None)
-        return jax.tree.map(np.asarray, grads)
 
 
 def _compare(op, pos, kw, x):

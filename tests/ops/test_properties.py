@@ -5,7 +5,7 @@ import pytest
 
 import ccq_jax.ops as ops
 from tests.ops import numpy_reference as ref
-from tests.ops.conftest import make_inputs, rel_rms
+from tests.builders import make_inputs, rel_rms
 
 
 @pytest.mark.parametrize("centered", [True, False])

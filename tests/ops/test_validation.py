@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import ccq_jax.ops as ops
-from tests.ops.conftest import make_inputs
+from tests.builders import make_inputs
 
 
 @pytest.fixture(scope="module")

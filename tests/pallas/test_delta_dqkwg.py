@@ -14,7 +14,7 @@ from ccq_jax.ops.pallas_layout import chunk_cumsum, layout
 from ccq_jax.ops.src.gated_delta_rule import kernel_twins
 from pallas_kernels import linear_attention_grad as la_grad
 from pallas_kernels.delta_rule import delta_dqkwg
-from tests.ops.conftest import rel_rms
+from tests.builders import rel_rms
 
 
 def _case(chunk, dtype, dk=128, dv=128):

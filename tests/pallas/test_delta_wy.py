@@ -14,7 +14,7 @@ import pytest
 from ccq_jax.ops.pallas_layout import chunk_cumsum, layout
 from ccq_jax.ops.src.gated_delta_rule import kernel_twins
 from pallas_kernels.delta_wy import wy_apply, wy_gradient, wy_inverse
-from tests.ops.conftest import rel_rms
+from tests.builders import rel_rms
 
 
 def _inputs(chunk, dtype, dk=32, dv=64):

@@ -19,8 +19,7 @@ import jax.numpy as jnp
 import pytest
 
 from pallas_kernels import delta_rule, linear_attention, mosaic_delta_states
-from tests.ops.conftest import rel_rms
-from tests.pallas.conftest import OUT_TOL, check_op, inputs
+from tests.builders import check_op, kernel_inputs as inputs, OUT_TOL, rel_rms
 
 pytestmark = [
     pytest.mark.gpu,

@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import pytest
 
 import ccq_jax.ops as ops
-from tests.pallas.conftest import OPS, check_op, inputs
+from tests.builders import check_op, kernel_inputs as inputs, KERNEL_OPS as OPS
 
 
 @pytest.mark.parametrize("names,chunk,dtype", [

@@ -7,7 +7,7 @@ import pytest
 
 import ccq_jax.ops as ops
 from ccq_jax.ops import KernelConfig
-from tests.ops.conftest import rel_rms
+from tests.builders import rel_rms
 
 
 @pytest.mark.parametrize("kw,match", [

@@ -3,14 +3,15 @@ and the gated delta rule's three bf16 state passes to Mosaic GPU (tests/pallas/t
 
 Interpret mode never exercises the Triton lowering's limits (power-of-two tiles, dot shapes,
 supported primitives); cross-lowering for the "cuda" platform does, at the benchmark's head
-dims (`benchmarks.kernel_resources.lowered_kernels`, which test_resources.py also compiles).
+dims (`ccq_jax.ops.lowering.lowered_kernels`, whose kernels tests/benchmarks/test_kernel_resources.py also
+compiles).
 Compiling the Triton IR to machine code for a real launch still needs a GPU (test_gpu.py).
 """
 
 import jax
 import pytest
 
-from benchmarks.kernel_resources import lowered_kernels
+from ccq_jax.ops.lowering import lowered_kernels
 
 CASES = [("gla", 11, 0), ("gated_delta_rule", 9, 3), ("ccq_query", 11, 0), ("ccq_gla", 22, 0),
          ("ccq_gated_delta_rule", 20, 3)]  # (op, Triton kernels, Mosaic GPU kernels) of its forward and backward

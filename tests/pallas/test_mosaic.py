@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from benchmarks.kernel_resources import lowered_kernels
+from ccq_jax.ops.lowering import lowered_kernels
 from ccq_jax.ops import registry
 from ccq_jax.ops.src.gated_delta_rule import api, pallas_mosaic_gpu
 from pallas_kernels import mosaic_delta_states as mosaic

@@ -4,7 +4,8 @@ the planned memory comes from the executable already compiled."""
 import jax
 import jax.numpy as jnp
 
-from benchmarks.train_throughput import CompileCounter, measure, planned_memory
+from benchmarks.train_throughput import measure, planned_memory
+from ccq_jax.compilation import CompileCounter
 
 
 def test_counter_sees_a_compilation_and_only_while_open():
