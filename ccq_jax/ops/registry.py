@@ -101,7 +101,7 @@ def _jitted(fn, static):
     return jax.jit(fn, static_argnames=static)
 
 
-def prepare(op, table, impl, call, *, static, config, interpret):
+def prepare(op, table, impl, call, *, static, config):
     """The jitted function of the implementation `impl` picks for `call`, and the keyword options it takes:
     chunk_size (chunked forms), interpret and config (kernels); static: the op's own static argument names."""
     name, chosen = choose(op, table, impl, call)
@@ -114,7 +114,7 @@ def prepare(op, table, impl, call, *, static, config, interpret):
         if config is not None and not isinstance(config, KernelConfig):
             raise ValueError(f"config: expected a pallas_kernels.tiles.KernelConfig or None, got {config!r}")
         options.update(interpret=interprets(call), config=config or DEFAULT_CONFIG)
-    elif config is not None or interpret is not None:
+    elif config is not None or call.interpret is not None:
         raise ValueError(f"config, interpret: impl={name!r} runs no kernels; leave them unset")
     return _jitted(chosen.fn, tuple(static) + tuple(options)), options
 

@@ -13,9 +13,7 @@ def with_passes(passes):
                              normalize_keys, docs, interpret, config, chunk_size=64):
         run = Launch(interpret, config)
         inputs, g, beta = delta.padded_inputs(q, k, v, g, beta, initial_state, chunk_size, run)
-        chunk = inputs.chunk
-        backbone = Backbone(lambda *args: delta.vjp_forward(*args, scale, chunk, passes, run),
-                            lambda res, cts: delta.vjp_backward(scale, chunk, passes, run, res, cts))
+        backbone = Backbone.bind(delta.vjp_forward, delta.vjp_backward, scale, inputs.chunk, passes, run)
         return fused_op(backbone, inputs, (inputs.qkv[2], g, beta), lam, initial_stats, centered, normalize_keys,
                         docs, run)
 

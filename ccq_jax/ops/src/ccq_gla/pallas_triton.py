@@ -13,7 +13,5 @@ def ccq_gla(q, k, v, g, lam, *, scale, initial_state, initial_stats, centered, n
     """See `ccq_jax.ops.ccq_gla`."""
     run = Launch(interpret, config)
     inputs, g = gla.padded_inputs(q, k, v, g, initial_state, chunk_size, run)
-    chunk = inputs.chunk
-    backbone = Backbone(lambda *args: gla.vjp_forward(*args, scale, chunk, "channel", v.dtype, run),
-                        lambda res, cts: gla.vjp_backward(scale, chunk, "channel", v.dtype, run, res, cts))
+    backbone = Backbone.bind(gla.vjp_forward, gla.vjp_backward, scale, inputs.chunk, "channel", v.dtype, run)
     return fused_op(backbone, inputs, (inputs.qkv[2], g), lam, initial_stats, centered, normalize_keys, docs, run)

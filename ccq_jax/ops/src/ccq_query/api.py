@@ -26,8 +26,7 @@ def ccq_query(q, k, lam, *, centered=True, normalize_keys=True, initial_stats=No
     q, k, _, (b, t, h, dk, _) = validate.qkv(q, k)
     lam = validate.ccq_gate(lam, b, t, h)
     call = registry.call_of(q, k, chunk_size=chunk_size, interpret=interpret)
-    fn, options = registry.prepare("ccq_query", IMPLEMENTATIONS, impl, call, static=STATIC, config=config,
-                                   interpret=interpret)
+    fn, options = registry.prepare("ccq_query", IMPLEMENTATIONS, impl, call, static=STATIC, config=config)
     q_clean, final = fn(q, k, lam, centered=bool(centered), normalize_keys=bool(normalize_keys),
                         initial_stats=validate.stats(initial_stats, b, h, dk),
                         docs=validate.documents(segment_ids, b, t), **options)
@@ -41,8 +40,7 @@ def call_fused(op, table, inputs, dims, *, scale, initial_state, initial_stats, 
     """
     b, t, h, dk, dv = dims
     call = registry.call_of(*inputs[:3], chunk_size=chunk_size, interpret=interpret)
-    fn, options = registry.prepare(op, table, impl, call, static=("scale", *STATIC), config=config,
-                                   interpret=interpret)
+    fn, options = registry.prepare(op, table, impl, call, static=("scale", *STATIC), config=config)
     o, (state, stats) = fn(*inputs, scale=validate.scale(scale, dk),
                            initial_state=validate.state(initial_state, b, h, dk, dv),
                            initial_stats=validate.stats(initial_stats, b, h, dk), centered=bool(centered),

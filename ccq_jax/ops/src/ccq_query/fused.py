@@ -21,6 +21,12 @@ class Backbone(NamedTuple):
     forward: Callable
     backward: Callable
 
+    @classmethod
+    def bind(cls, vjp_forward, vjp_backward, *static):
+        """The halves of a backbone's kernel module with its static arguments bound: vjp_forward(*inputs,
+        *static) and vjp_backward(*static, residuals, cotangents)."""
+        return cls(lambda *args: vjp_forward(*args, *static), lambda res, cts: vjp_backward(*static, res, cts))
+
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1, 2, 3, 4))
 def _fused(backbone, chunk, centered, normalize, run, q, k, lam, cov0, sum0, count0, rest, h0, lay):

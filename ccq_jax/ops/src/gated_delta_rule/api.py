@@ -23,8 +23,8 @@ def gated_delta_rule(q, k, v, g, beta, *, scale=None, initial_state=None, output
     """
     q, k, v, g, beta, (b, t, h, dk, dv) = validate.delta_inputs(q, k, v, g, beta)
     call = registry.call_of(q, k, v, chunk_size=chunk_size, interpret=interpret)
-    fn, options = registry.prepare("gated_delta_rule", IMPLEMENTATIONS, impl, call, static=("scale",), config=config,
-                                   interpret=interpret)
+    fn, options = registry.prepare("gated_delta_rule", IMPLEMENTATIONS, impl, call, static=("scale",),
+                                   config=config)
     o, final = fn(q, k, v, g, beta, scale=validate.scale(scale, dk),
                   initial_state=validate.state(initial_state, b, h, dk, dv), docs=validate.documents(segment_ids, b, t),
                   **options)

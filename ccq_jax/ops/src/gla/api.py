@@ -23,8 +23,7 @@ def gla(q, k, v, g, *, scale=None, initial_state=None, output_final_state=False,
     """
     q, k, v, g, (b, t, h, dk, dv) = validate.gla_inputs(q, k, v, g)
     call = registry.call_of(q, k, v, chunk_size=chunk_size, interpret=interpret)
-    fn, options = registry.prepare("gla", IMPLEMENTATIONS, impl, call, static=("scale",), config=config,
-                                   interpret=interpret)
+    fn, options = registry.prepare("gla", IMPLEMENTATIONS, impl, call, static=("scale",), config=config)
     o, final = fn(q, k, v, g, scale=validate.scale(scale, dk), initial_state=validate.state(initial_state, b, h, dk,
                   dv),
                   docs=validate.documents(segment_ids, b, t), **options)
