@@ -8,9 +8,13 @@ here, never from another test module or a conftest).
   layers      layer_inputs, randomize, layer_params, call, SEGMENTS
   models      MODEL_CASES, build, token_ids, forward
   conversion  FIXTURES, GOLDENS, random_model, flat_params, assert_same_params
+  sharding    shard_map_check (tests/ops/shard_map_check.py in a process of its own)
 """
 
 import functools
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import jax
@@ -293,3 +297,19 @@ def assert_same_params(a, b):
     assert list(pa) == list(pb)
     for path in pa:
         np.testing.assert_array_equal(pa[path], pb[path], strict=True, err_msg=str(path))
+
+
+def shard_map_check(impls, cpu_devices=None):
+    """The worst relative RMS error of tests/ops/shard_map_check.py for `impls`, run in a process of its own (on
+    `cpu_devices` fake CPU devices, else this machine's devices), after checking it printed every row."""
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    if cpu_devices:
+        env.update(JAX_PLATFORMS="cpu", XLA_FLAGS=f"--xla_force_host_platform_device_count={cpu_devices}",
+                   JAX_DISABLE_MOST_OPTIMIZATIONS="true")
+    out = subprocess.run([sys.executable, "-m", "tests.ops.shard_map_check", ",".join(impls)], cwd=root, env=env,
+                         capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, (out.stdout + out.stderr)[-3000:]
+    rows = out.stdout.strip().splitlines()
+    assert len(rows) == len(impls) * (5 * 2 + 1) + 1, out.stdout  # 5 ops two ways, the shared state; the worst
+    return float(rows[-1].split()[-1])

@@ -16,16 +16,17 @@ from flax import nnx
 from jax.sharding import NamedSharding, PartitionSpec
 
 from ccq_jax import configlib
+from ccq_jax.ops.per_device import BATCH_AXES, HEAD_AXES
 
 MESH_AXES = ("data", "fsdp", "tensor")
-BATCH_AXES = ("data", "fsdp")
 
-# logical axis -> mesh axis (or None: replicated). The one place sharding policy lives.
+# logical axis -> mesh axis (or None: replicated). The one place sharding policy lives; the ops' kernels split
+# batch and heads over the same axes (`ccq_jax.ops.per_device`).
 RULES = (
     ("batch", BATCH_AXES),
     ("embed", "fsdp"),
     ("vocab", "tensor"),
-    ("heads", "tensor"),
+    ("heads", HEAD_AXES),
     ("mlp", "tensor"),
     ("kv", None),
     ("conv", None),

@@ -105,6 +105,18 @@ def make_eval_step(graphdef, others, loss_chunk_len: int = 0):
     return evaluate
 
 
+def _jit_on(mesh, fn, **jit_options):
+    """`jax.jit` of `fn` traced with `mesh` as the current mesh, so the ops' kernels run on each device's slice
+    (`ccq_jax.ops.per_device`). Only the steps trace under it: NNX would shard a model built there by its logical
+    axis names."""
+
+    def on_mesh(*args):
+        with jax.sharding.use_abstract_mesh(mesh.abstract_mesh):
+            return fn(*args)
+
+    return jax.jit(on_mesh, **jit_options)
+
+
 def _shardings(state: TrainState):
     return jax.tree.map(lambda x: x.sharding, state)
 
@@ -147,11 +159,11 @@ def compile_train_calls(train_step, state: TrainState, mesh, steps_per_call: int
     if make_batch is not None:
         batch_of = lambda s, i, _: jax.lax.with_sharding_constraint(make_batch(s.step), batch_sh)
         call = _calls(train_step, steps_per_call, batch_of)
-        return jax.jit(lambda state, n: call(state, n, None), in_shardings=(state_sh, n_sh),
+        return _jit_on(mesh, lambda state, n: call(state, n, None), in_shardings=(state_sh, n_sh),
                        out_shardings=(state_sh, replicated(mesh)), donate_argnums=0)
     stacked_sh = batch_sharding(mesh, stacked=True)
     batch_of = lambda s, i, batches: jax.tree.map(lambda x: x[i], batches)
-    return jax.jit(_calls(train_step, steps_per_call, batch_of), in_shardings=(state_sh, n_sh, stacked_sh),
+    return _jit_on(mesh, _calls(train_step, steps_per_call, batch_of), in_shardings=(state_sh, n_sh, stacked_sh),
                    out_shardings=(state_sh, replicated(mesh)), donate_argnums=0)
 
 
@@ -167,18 +179,18 @@ def compile_synthetic_eval(eval_step, state: TrainState, mesh, make_batch, num_b
         zeros = _zeros(jax.eval_shape(eval_step, params, make_batch(jnp.int32(0))))
         return jax.lax.fori_loop(0, num_batches, one, zeros)
 
-    return jax.jit(evaluate, in_shardings=(_shardings(state).params,), out_shardings=replicated(mesh))
+    return _jit_on(mesh, evaluate, in_shardings=(_shardings(state).params,), out_shardings=replicated(mesh))
 
 
 def compile_eval_step(eval_step, state: TrainState, mesh):
     """jit the eval step on one host batch, with the parameters' and the batch's shardings."""
-    return jax.jit(eval_step, in_shardings=(_shardings(state).params, batch_sharding(mesh)),
+    return _jit_on(mesh, eval_step, in_shardings=(_shardings(state).params, batch_sharding(mesh)),
                    out_shardings=replicated(mesh))
 
 
 def compile_steps(train_step, eval_step, state: TrainState, mesh):
     """jit both steps with explicit shardings; the train step donates its input state."""
     state_sh = _shardings(state)
-    train = jax.jit(train_step, in_shardings=(state_sh, batch_sharding(mesh)),
+    train = _jit_on(mesh, train_step, in_shardings=(state_sh, batch_sharding(mesh)),
                     out_shardings=(state_sh, replicated(mesh)), donate_argnums=0)
     return train, compile_eval_step(eval_step, state, mesh)

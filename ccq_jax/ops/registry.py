@@ -15,7 +15,7 @@ from typing import Callable
 
 import jax
 
-from ccq_jax.ops import validate
+from ccq_jax.ops import per_device, validate
 from pallas_kernels.tiles import DEFAULT_CONFIG, KernelConfig
 
 REFERENCES = ("recurrent", "chunk", "scan")
@@ -102,8 +102,9 @@ def _jitted(fn, static):
 
 
 def prepare(op, table, impl, call, *, static, config):
-    """The jitted function of the implementation `impl` picks for `call`, and the keyword options it takes:
-    chunk_size (chunked forms), interpret and config (kernels); static: the op's own static argument names."""
+    """The jitted function of the implementation `impl` picks for `call` (a kernel run on each device's slice
+    under a mesh, `per_device.local`), and the keyword options it takes: chunk_size (chunked forms), interpret and
+    config (kernels); static: the op's own static argument names."""
     name, chosen = choose(op, table, impl, call)
     options = {}
     if call.chunk_size is not None:
@@ -116,7 +117,8 @@ def prepare(op, table, impl, call, *, static, config):
         options.update(interpret=interprets(call), config=config or DEFAULT_CONFIG)
     elif config is not None or call.interpret is not None:
         raise ValueError(f"config, interpret: impl={name!r} runs no kernels; leave them unset")
-    return _jitted(chosen.fn, tuple(static) + tuple(options)), options
+    fn = _jitted(chosen.fn, tuple(static) + tuple(options))
+    return (per_device.local(fn) if chosen.kernel else fn), options
 
 
 def call_of(*inputs, chunk_size, interpret):

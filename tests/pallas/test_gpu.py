@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import pytest
 
 from pallas_kernels import delta_rule, linear_attention, mosaic_delta_states
-from tests.builders import check_op, kernel_inputs as inputs, OUT_TOL, rel_rms
+from tests.builders import check_op, kernel_inputs as inputs, OUT_TOL, rel_rms, shard_map_check
 
 pytestmark = [
     pytest.mark.gpu,
@@ -132,10 +132,6 @@ def test_mosaic_passes_compile_without_spills(tmp_path):
 
 
 def test_pallas_ops_inside_shard_map_match_the_unsharded_ops():
-    """tests/ops/shard_map_check.py with impl="pallas" on this machine's GPUs (the CPU suite runs it for the
-    recurrent and chunk forms; on a CPU, JAX's HLO interpreter refuses the kernels inside shard_map)."""
-    root = Path(__file__).resolve().parents[2]
-    out = subprocess.run([sys.executable, "-m", "tests.ops.shard_map_check", "pallas"], cwd=root, capture_output=True,
-                         text=True, timeout=900, env={**os.environ, "PYTHONPATH": str(root)})
-    assert out.returncode == 0, (out.stdout + out.stderr)[-3000:]
-    assert float(out.stdout.strip().splitlines()[-1].split()[-1]) < 1e-5, out.stdout
+    """tests/ops/shard_map_check.py with impl="pallas" compiled on this machine's GPUs, with shard_map's default
+    checks (tests/pallas/test_shard_map.py runs it interpreted on 4 CPU devices)."""
+    assert shard_map_check(["pallas"]) < 1e-5

@@ -46,17 +46,21 @@ def _losses(workdir):
     return {row["step"]: row["loss"] for row in read_metrics(workdir / "metrics.jsonl")}
 
 
+PALLAS = {"model_overrides": {"num_hidden_layers": 1, "hidden_size": 32, "attn_impl": "pallas"}}
+SHARDED = {"mesh": {"data": 2, "fsdp": 2, "tensor": 2}, "grad_accum": 2, "loss_chunk_len": 8}
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     """The reference run on 1 device, and the same run on a 2x2x2 mesh of 8 devices with 2 microbatches and the
-    loss formed 8 positions at a time (sequences of 32)."""
+    loss formed 8 positions at a time (sequences of 32); both again with the kernels (impl="pallas", interpreted)."""
     base = tmp_path_factory.mktemp("runs")
-    single = _start(base / "single")
-    sharded = _start(base / "sharded", devices=8, mesh={"data": 2, "fsdp": 2, "tensor": 2}, grad_accum=2,
-                     loss_chunk_len=8)
-    _finish(single)
-    _finish(sharded)
-    return {"single": _losses(base / "single"), "sharded": _losses(base / "sharded"), "dir": base}
+    procs = {"single": _start(base / "single"), "sharded": _start(base / "sharded", devices=8, **SHARDED),
+             "pallas_single": _start(base / "pallas_single", **PALLAS),
+             "pallas_sharded": _start(base / "pallas_sharded", devices=8, **PALLAS, **SHARDED)}
+    for proc in procs.values():
+        _finish(proc)
+    return {**{name: _losses(base / name) for name in procs}, "dir": base}
 
 
 def test_sharded_mesh_with_accumulation_and_a_sliced_loss_matches_one_device(runs):
@@ -64,6 +68,21 @@ def test_sharded_mesh_with_accumulation_and_a_sliced_loss_matches_one_device(run
     assert sorted(single) == list(range(1, 9)) == sorted(sharded)
     np.testing.assert_allclose([sharded[s] for s in single], list(single.values()), rtol=2e-5)
     assert single[8] < single[1]
+
+
+def test_sharded_kernels_match_one_device_and_gather_no_kernel_operand(runs):
+    """impl="pallas" on the 8-device mesh: each device runs the kernels on its own rows and heads
+    (`ccq_jax.ops.per_device`), so the losses equal one device's, and the compiled step all-gathers none of the
+    kernels' rank-4 operands (without the per-device shard_map it gathers 32 of them)."""
+    single, sharded = runs["pallas_single"], runs["pallas_sharded"]
+    assert sorted(single) == list(range(1, 9)) == sorted(sharded)
+    np.testing.assert_allclose([sharded[s] for s in single], list(single.values()), rtol=2e-5)
+    env = {**os.environ, "PYTHONPATH": ROOT, "JAX_PLATFORMS": "cpu", "JAX_DISABLE_MOST_OPTIMIZATIONS": "true",
+           "XLA_FLAGS": "--xla_force_host_platform_device_count=8"}
+    out = subprocess.run([sys.executable, "-m", "tests.train.kernel_gathers"], env=env, cwd=ROOT, text=True,
+                         capture_output=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "of rank-4 arrays 0:" in out.stdout, out.stdout
 
 
 def test_sigterm_saves_and_resume_continues_the_exact_run(runs, tmp_path):

@@ -1,0 +1,61 @@
+"""Kernels run on each device's slice: under a mesh, a kernel call is wrapped in `jax.shard_map`.
+
+XLA cannot partition a Pallas custom call: given sharded operands it gathers them and runs the whole kernel on
+every device. So when a mesh is set (`jax.set_mesh`, as `train.loop` does), `local` wraps an op's kernel call in
+`shard_map` over the mesh axes that split the batch (`BATCH_AXES`) and the heads (`HEAD_AXES`): the kernel's grid
+then covers one device's rows and heads, and only the inputs that arrive sharded otherwise are moved. Axes that are
+already manual (inside a user's `shard_map`), of size 1, or that do not divide the dimension are left out. The
+reference forms need none of this: XLA partitions them. Interpreted kernels (a CPU test path) run with
+`check_vma=False`: JAX's Pallas interpreter binds the kernel's dynamic slices without varying-axis casts, so its
+kernels fail shard_map's varying-axes check (compiled kernels pass it).
+
+The layouts the ops share: positional inputs and the first output are per token, `[B, T, H, ...]`; states and
+statistics are `[B, H, ...]`; the document index is `[B, T]`.
+"""
+
+import jax
+from jax.sharding import PartitionSpec as P
+
+BATCH_AXES = ("data", "fsdp")  # mesh axes that split the batch, in this order (train.sharding's "batch" rule)
+HEAD_AXES = ("tensor",)  # mesh axes that split the heads (train.sharding's "heads" rule)
+STATE_KEYWORDS = ("initial_state", "initial_stats")  # [B, H, ...]
+DOCUMENT_KEYWORDS = ("docs",)  # [B, T]
+
+
+def mesh_axes(mesh, names, size):
+    """The axes of `names` that split a dimension of `size` on `mesh`: present, not manual, larger than 1, and
+    dividing `size` together with the ones before them."""
+    chosen, product = [], 1
+    for name in names:
+        if name not in mesh.axis_names or name in mesh.manual_axes or mesh.shape[name] == 1:
+            continue
+        if size % (product * mesh.shape[name]) == 0:
+            chosen.append(name)
+            product *= mesh.shape[name]
+    return tuple(chosen)
+
+
+def local(fn):
+    """`fn(*per_token_inputs, **keywords) -> (per_token_output, states...)`, run by `shard_map` on each device's
+    batch rows and heads when the current mesh splits them (see the module docstring), else called as it is."""
+
+    def run(*inputs, **keywords):
+        mesh = jax.sharding.get_abstract_mesh()
+        b, _, h = inputs[0].shape[:3]
+        batch = mesh_axes(mesh, BATCH_AXES, b) if not mesh.empty else ()
+        heads = mesh_axes(mesh, HEAD_AXES, h) if not mesh.empty else ()
+        if not batch and not heads:
+            return fn(*inputs, **keywords)
+        rows, per_head = (batch or None), (heads or None)
+        token, state, document = P(rows, None, per_head), P(rows, per_head), P(rows)
+        arrays = {k: keywords[k] for k in (*STATE_KEYWORDS, *DOCUMENT_KEYWORDS) if k in keywords}
+        options = {k: value for k, value in keywords.items() if k not in arrays}
+        array_specs = {k: state if k in STATE_KEYWORDS else document for k in arrays}
+        body = lambda inputs, arrays: fn(*inputs, **arrays, **options)
+        sharded = jax.shard_map(body, mesh=mesh, in_specs=((token,) * len(inputs), array_specs),
+                                out_specs=(token, state), axis_names=set(batch + heads),
+                                check_vma=not keywords.get("interpret"))
+        return sharded(inputs, arrays)
+
+    return run
+

@@ -1,0 +1,39 @@
+"""The all-gathers of kernel operands in a sharded train step: compile one call of the tiny model's step with
+impl="pallas" (interpreted) on a 2 x 2 x 2 data/fsdp/tensor mesh and print the all-gathers whose result is a
+rank-4 array, the kernels' [B, T, H, D] inputs and [B, H, K, V] states (the model's own activations are rank 3).
+Run by tests/train/test_training.py in a process with 8 fake CPU devices.
+
+    python -m tests.train.kernel_gathers
+"""
+
+import re
+
+import jax
+import numpy as np
+
+from tests.train.tiny_run import tiny_config
+from train.data import build_pipeline
+from train.loop import model_config
+from train.optim import make_optimizer
+from train.sharding import make_mesh, replicated
+from train.step import compile_train_calls, init_state, make_train_step
+
+RANK4_ALL_GATHER = re.compile(r"= (\w+\[\d+,\d+,\d+,\d+\])\S* all-gather\(")
+
+
+def main():
+    cfg = tiny_config(model_overrides={"num_hidden_layers": 1, "hidden_size": 32, "attn_impl": "pallas"},
+                      mesh={"data": 2, "fsdp": 2, "tensor": 2})
+    mesh = make_mesh(cfg.mesh)
+    pipeline = build_pipeline(cfg.data)
+    optimizer = make_optimizer(cfg.optim, cfg.steps)
+    graphdef, others, state = init_state(model_config(cfg, pipeline.vocab_size), optimizer, mesh, cfg.seed)
+    step = make_train_step(graphdef, others, optimizer, grad_accum=1, skip_nonfinite=False, loss_chunk_len=0)
+    call = compile_train_calls(step, state, mesh, 1, pipeline.synthetic.batch)
+    hlo = call.lower(state, jax.device_put(np.int32(1), replicated(mesh))).compile().as_text()
+    gathers = RANK4_ALL_GATHER.findall(hlo)
+    print(f"all-gathers {hlo.count(' all-gather(')}, of rank-4 arrays {len(gathers)}: {sorted(set(gathers))}")
+
+
+if __name__ == "__main__":
+    main()
