@@ -2,21 +2,21 @@
 
     PYTHONPATH=. python benchmarks/train_throughput.py --presets gla-1.3b ccq-gla-1.3b --batch 4 --seqlen 4096
 
-Each preset is built with bf16 compute on `--param-dtype` parameters (fp32: the usual mixed
-precision; bfloat16: what fla's anchor does, `model.to(torch.bfloat16)` under AdamW), optionally
-with every block rematerialised (`--remat`), initialised in place on a one-device mesh, and
-trained with the project's own train step (`train.step`: AdamW, clipping, the masked LM loss) on
-a fresh batch of random tokens per step. After `--warmup` compiled steps, `--steps` steps are
-timed end to end (device synchronised); a compilation inside them is counted and warned about (its
-time is not a step's). Memory: the allocator's peak (`peak_GiB`, which includes what XLA's
-autotuning allocated while compiling) and XLA's plan of the compiled step (`planned_GiB`). MFU
-counts 6 N FLOPs per token against `--peak-tflops` (dense bf16 of an H100/H200: 989). Results go
-to stdout as a table and, with --out, as JSON lines; a preset that fails (e.g. out of memory)
-gets a row with its error and the others still run. `--memory-only` compiles the step on the
-current backend and reports XLA's planned buffers instead (on a CPU these are the CPU compiler's
-totals, not a GPU's peak: gla-1.3b with `--attn-impl chunk --param-dtype bfloat16` planned
-147.3 GiB of temporaries there, 145.5 GiB with `--loss-chunk-len 1024`; measure memory savings
-on the GPU).
+Each preset is built with bf16 compute on `--param-dtype` parameters (fp32: the usual mixed precision;
+bfloat16: what fla's anchor does, `model.to(torch.bfloat16)` under AdamW), optionally with every block
+rematerialised (`--remat`) and the blocks as one scan (`--scan-layers`), initialised in place on a one-device
+mesh, and trained with the project's own train step (`train.step`: AdamW, clipping, the masked LM loss) on a
+fresh batch of random tokens per step. After `--warmup` compiled steps, `--steps` steps are timed end to end
+(device synchronised); a compilation inside them is counted and warned about (its time is not a step's); the
+first warm-up step's time (`first_step_s`: trace, compile, run) and the XLA compilations in the warm-up
+(`xla_compile_s`) show what `--scan-layers` saves. Memory: the allocator's peak (`peak_GiB`, which includes
+what XLA's autotuning allocated while compiling) and XLA's plan of the compiled step (`planned_GiB`). MFU
+counts 6 N FLOPs per token against `--peak-tflops` (dense bf16 of an H100/H200: 989). Results go to stdout as
+a table and, with --out, as JSON lines; a preset that fails (e.g. out of memory) gets a row with its error and
+the others still run. `--memory-only` compiles the step on the current backend and reports XLA's planned
+buffers instead (on a CPU these are the CPU compiler's totals, not a GPU's peak: gla-1.3b with `--attn-impl
+chunk --param-dtype bfloat16` planned 147.3 GiB of temporaries there, 145.5 GiB with `--loss-chunk-len 1024`;
+measure memory savings on the GPU).
 """
 
 import argparse
@@ -35,8 +35,9 @@ from train.step import compile_steps, init_state, make_eval_step, make_train_ste
 
 
 def measure(preset, batch_size, seqlen, steps, warmup, peak_tflops, attn_impl, param_dtype="float32", remat=False,
-            loss_chunk_len=0, memory_only=False):
-    overrides = dict(dtype="bfloat16", param_dtype=param_dtype, remat_policy="block" if remat else "elementwise")
+            loss_chunk_len=0, memory_only=False, scan_layers=False):
+    overrides = dict(dtype="bfloat16", param_dtype=param_dtype, remat_policy="block" if remat else "elementwise",
+                     scan_layers=scan_layers)
     if attn_impl and not preset.startswith("transformer"):
         overrides["attn_impl"] = attn_impl
     cfg = get_config(preset, **overrides)
@@ -55,16 +56,23 @@ def measure(preset, batch_size, seqlen, steps, warmup, peak_tflops, attn_impl, p
         return jax.device_put({k: jnp.asarray(v) for k, v in data.items()})
 
     settings = {"attn_impl": attn_impl or "default", "param_dtype": param_dtype, "remat": remat,
-                "loss_chunk_len": loss_chunk_len}
+                "loss_chunk_len": loss_chunk_len, "scan_layers": scan_layers}
     if memory_only:
-        return {"preset": preset, "params_M": count_params(cfg) / 1e6, **planned_memory(train_step, state, batch()),
+        with CompileCounter() as compiles:
+            begin = time.perf_counter()
+            planned = planned_memory(train_step, state, batch())
+        return {"preset": preset, "params_M": count_params(cfg) / 1e6, **planned,
+                "first_compile_s": time.perf_counter() - begin, "xla_compile_s": sum(compiles.seconds),
                 "backend": jax.default_backend(), **settings}
     batches = [batch() for _ in range(warmup + steps)]
     begin = time.perf_counter()
-    for i, data in enumerate(batches[:warmup]):
-        state, metrics = train_step(state, data)
-        jax.block_until_ready(metrics)
-        print(f"{preset}: warm-up step {i + 1} done after {time.perf_counter() - begin:.1f} s", flush=True)
+    ends = []  # seconds from the start to the end of each warm-up step: the first one traces and compiles
+    with CompileCounter() as warmup_compiles:
+        for i, data in enumerate(batches[:warmup]):
+            state, metrics = train_step(state, data)
+            jax.block_until_ready(metrics)
+            ends.append(time.perf_counter() - begin)
+            print(f"{preset}: warm-up step {i + 1} done after {ends[-1]:.1f} s", flush=True)
     with CompileCounter() as compiles:
         start = time.perf_counter()
         for data in batches[warmup:]:
@@ -80,7 +88,8 @@ def measure(preset, batch_size, seqlen, steps, warmup, peak_tflops, attn_impl, p
     return {"preset": preset, "params_M": n / 1e6, "step_ms": 1e3 * seconds, "tokens_per_s": tokens_per_s,
             "mfu": 6 * n * tokens_per_s / (peak_tflops * 1e12) if peak_tflops else None,
             "peak_GiB": stats.get("peak_bytes_in_use", 0) / 2**30, **planned_memory(train_step, state, batches[-1]),
-            "loss": float(metrics["loss"]), "compiles_in_timed_steps": len(compiles.seconds), **settings}
+            "loss": float(metrics["loss"]), "compiles_in_timed_steps": len(compiles.seconds),
+            "first_step_s": ends[0] if ends else None, "xla_compile_s": sum(warmup_compiles.seconds), **settings}
 
 
 def planned_memory(train_step, state, batch):
@@ -105,6 +114,7 @@ def main(argv=None):
     p.add_argument("--attn-impl", default=None, help="ops impl for the linear models (default: the preset's)")
     p.add_argument("--param-dtype", default="float32", choices=["float32", "bfloat16"])
     p.add_argument("--remat", action="store_true", help="recompute each block in the backward pass")
+    p.add_argument("--scan-layers", action="store_true", help="the blocks as one lax.scan (ModelConfig.scan_layers)")
     p.add_argument("--loss-chunk-len", type=int, default=0, help="LM head + loss this many positions at a time")
     p.add_argument("--memory-only", action="store_true",
                    help="compile the step and report XLA's buffer sizes (arguments, temporaries) without running it")
@@ -114,7 +124,7 @@ def main(argv=None):
     for preset in a.presets:
         try:
             row = measure(preset, a.batch, a.seqlen, a.steps, a.warmup, a.peak_tflops, a.attn_impl, a.param_dtype,
-                          a.remat, a.loss_chunk_len, a.memory_only)
+                          a.remat, a.loss_chunk_len, a.memory_only, a.scan_layers)
         except Exception as err:  # report it and go on with the other presets
             row = {"preset": preset, "error": f"{type(err).__name__}: {str(err)[:300]}"}
         rows.append(row)
@@ -123,21 +133,22 @@ def main(argv=None):
             with open(a.out, "a") as f:
                 f.write(json.dumps(row) + "\n")
     if a.memory_only:
-        print(f"\n{'preset':16s} {'loss chunk':>10s} {'arguments GiB':>14s} {'temporaries GiB':>16s}")
+        print(f"\n{'preset':16s} {'loss chunk':>10s} {'arguments GiB':>14s} {'temporaries GiB':>16s} "
+              f"{'compile s':>10s}")
         for r in rows:
             print(f"{r['preset']:16s} failed: {r['error'][:100]}" if "error" in r else
                   f"{r['preset']:16s} {r['loss_chunk_len']:10d} {r['arguments_GiB']:14.2f} "
-                  f"{r['temporaries_GiB']:16.2f}")
+                  f"{r['temporaries_GiB']:16.2f} {r['first_compile_s']:10.1f}")
         return
     print(f"\n{'preset':16s} {'params':>8s} {'step ms':>9s} {'tokens/s':>10s} {'MFU':>6s} {'peak GiB':>9s} "
-          f"{'planned GiB':>12s}")
+          f"{'planned GiB':>12s} {'1st step s':>11s}")
     for r in rows:
         if "error" in r:
             print(f"{r['preset']:16s} failed: {r['error'][:100]}")
             continue
         mfu = f"{r['mfu']:.0%}" if r["mfu"] is not None else "-"
         print(f"{r['preset']:16s} {r['params_M']:7.1f}M {r['step_ms']:9.1f} {r['tokens_per_s']:10,.0f} {mfu:>6s} "
-              f"{r['peak_GiB']:9.1f} {r['planned_GiB']:12.1f}")
+              f"{r['peak_GiB']:9.1f} {r['planned_GiB']:12.1f} {r['first_step_s'] or 0:11.1f}")
 
 
 if __name__ == "__main__":

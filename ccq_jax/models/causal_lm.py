@@ -63,6 +63,19 @@ def _rematerialised_block(block, x, segment_ids):
     return block(x, segment_ids, None)
 
 
+def _scanned_blocks(blocks, x, segment_ids, remat: bool):
+    """x through `blocks` (identical in structure) as one `lax.scan` over their variables, stacked for the call
+    (a copy of the parameters per forward; their gradients come back per layer); with `remat`, each block's
+    activations are recomputed in the backward pass."""
+    graphdef = nnx.graphdef(blocks[0])
+    stacked = jax.tree.map(lambda *layers: jnp.stack(layers), *(nnx.state(block) for block in blocks))
+
+    def body(x, state):
+        return nnx.merge(graphdef, state)(x, segment_ids, None)[0], None
+
+    return jax.lax.scan(jax.checkpoint(body) if remat else body, x, stacked)[0]
+
+
 def _check_ids(name, x, shape=None):
     x = jnp.asarray(x)
     if x.ndim != 2 or not jnp.issubdtype(x.dtype, jnp.integer) or x.shape[1] < 1:
@@ -105,6 +118,9 @@ class CausalLM(nnx.Module):
         if cache is not None and len(cache) != len(self.layers):
             raise ValueError(f"cache: expected one entry per layer ({len(self.layers)}), got {len(cache)}")
         x = self.embeddings(input_ids)
+        if self.config.scan_layers and cache is None:
+            x = _scanned_blocks(self.layers, x, segment_ids, remat=self.config.remat_policy == "block")
+            return self.norm(x), None
         new_cache = []
         for i, layer in enumerate(self.layers):
             if self.config.remat_policy == "block" and cache is None:

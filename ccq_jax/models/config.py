@@ -46,6 +46,9 @@ class ModelConfig:
     # what the backward pass recomputes instead of storing: "elementwise" the norms, gates, short convolutions
     # and the SwiGLU product (ccq_jax.layers.remat); "block" every block whole; "none" nothing
     remat_policy: Literal["none", "elementwise", "block"] = "elementwise"
+    # run the blocks of a forward without a cache as one `lax.scan` over the layers' stacked parameters (one block
+    # traced and compiled, not num_hidden_layers); the parameters keep their per-layer layout (`layers.{i}`)
+    scan_layers: bool = False
 
     @property
     def recompute_elementwise(self) -> bool:
