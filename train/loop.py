@@ -27,7 +27,7 @@ from ccq_jax.progress import progress as progress_bar
 from train.checkpoint import Checkpointer
 from train.config import TrainConfig
 from train.data import build_pipeline
-from train.metrics import MetricsWriter, plot_curves, read_metrics
+from train.metrics import MetricsWriter, ReadRates, plot_curves, read_metrics
 from train.optim import learning_rate, make_optimizer
 from train.sharding import host_batch_to_global, initialize_distributed, make_mesh, replicated
 from train.step import (compile_eval_step, compile_synthetic_eval, compile_train_calls, init_state, make_eval_step,
@@ -134,32 +134,33 @@ class _Reporter:
         self.lr = learning_rate(cfg.optim, cfg.steps)
         self.flops_per_token = 6 * n_params
         self.peak = _peak_flops(cfg) * jax.device_count()
-        self.tokens_per_step = cfg.data.batch_size * cfg.data.seq_len
-        self.last_time, self.last_step = time.perf_counter(), start
+        self.rates = ReadRates(start, cfg.data.batch_size * cfg.data.seq_len)
         self.pending = None  # (first step, number of steps, stacked metrics) of the call in flight
         self.final = {}
 
     def queue(self, first: int, n: int, metrics):
         """Record a dispatched call; report the one before it.
 
-        The call's metrics start copying to the host now, right behind the call, so reading them waits for this
-        call alone: a copy requested at read time, after the next call is queued, may wait for that one too.
+        The call's metrics start copying to the host now, right behind the call (on the H200 they still arrived
+        only after the call behind it; `ReadRates` says how the rates allow for that).
         """
         for leaf in jax.tree.leaves(metrics):
             leaf.copy_to_host_async()
-        self.flush()
+        self._read(behind=True)
         self.pending = (first, n, metrics)
 
     def flush(self):
         """Report the call in flight (a wait for the device): log rows, progress, on_nan."""
+        self._read(behind=False)
+
+    def _read(self, behind: bool):
+        """Report the pending call; `behind`: another call is queued behind it (`ReadRates`)."""
         if self.pending is None:
             return
         first, n, metrics = self.pending
         self.pending = None
         m = jax.device_get(metrics)
-        now = time.perf_counter()
-        tokens_per_s = self.tokens_per_step * (first + n - self.last_step) / (now - self.last_time)
-        self.last_time, self.last_step = now, first + n
+        tokens_per_s = self.rates.read(first + n, behind)
         for i in range(n):
             step, done = first + i, first + i + 1
             if not m["finite"][i]:

@@ -1,7 +1,9 @@
-"""Training metrics: one writer for JSONL and TensorBoard, and the loss-curve PNG drawn at the end."""
+"""Training metrics: one writer for JSONL and TensorBoard, the tokens/s between reads of the device's metrics,
+and the loss-curve PNG drawn at the end."""
 
 import json
 import pathlib
+import time
 
 import numpy as np
 
@@ -32,6 +34,31 @@ class MetricsWriter:
     def close(self):
         if self._tb is not None:
             self._tb.close()
+
+
+class ReadRates:
+    """Tokens/s between the host's reads of the train calls' metrics.
+
+    On the H200 a call's metrics reached the host only once the call queued behind it had ended too: a read with
+    no call behind it (before a checkpoint, after the last call) found its metrics already there, and its
+    interval read 132M-243M tokens/s. In a stream of equal calls each interval between reads still spans one
+    call, so a read `behind` another call reports its interval; a read with none behind it reports the mean
+    rate since the first read (whose interval holds the compilation). On a CPU the two agree.
+    """
+
+    def __init__(self, start_step: int, tokens_per_step: int, clock=time.perf_counter):
+        self.tokens_per_step, self.clock = tokens_per_step, clock
+        self.last = (clock(), start_step)  # (time, steps done) at the latest read
+        self.first = None  # the same at the first read
+
+    def read(self, steps_done: int, behind: bool) -> float:
+        """Record a read after `steps_done` steps; its tokens/s."""
+        now = self.clock()
+        since = self.last if behind or self.first is None else self.first
+        rate = self.tokens_per_step * (steps_done - since[1]) / (now - since[0])
+        self.last = (now, steps_done)
+        self.first = self.first or self.last
+        return rate
 
 
 def read_metrics(path) -> list[dict]:
