@@ -1,7 +1,7 @@
 """Kernels run on each device's slice: under a mesh, a kernel call is wrapped in `jax.shard_map`.
 
 XLA cannot partition a Pallas custom call: given sharded operands it gathers them and runs the whole kernel on
-every device. So when a mesh is set (`jax.set_mesh`, as `train.loop` does), `local` wraps an op's kernel call in
+every device. So when a mesh is set (`jax.set_mesh`; the train and eval steps trace under theirs), `local` wraps an op's kernel call in
 `shard_map` over the mesh axes that split the batch (`BATCH_AXES`) and the heads (`HEAD_AXES`): the kernel's grid
 then covers one device's rows and heads, and only the inputs that arrive sharded otherwise are moved. Axes that are
 already manual (inside a user's `shard_map`), of size 1, or that do not divide the dimension are left out. The
@@ -42,8 +42,7 @@ def local(fn):
     def run(*inputs, **keywords):
         mesh = jax.sharding.get_abstract_mesh()
         b, _, h = inputs[0].shape[:3]
-        batch = mesh_axes(mesh, BATCH_AXES, b) if not mesh.empty else ()
-        heads = mesh_axes(mesh, HEAD_AXES, h) if not mesh.empty else ()
+        batch, heads = mesh_axes(mesh, BATCH_AXES, b), mesh_axes(mesh, HEAD_AXES, h)  # () without a mesh
         if not batch and not heads:
             return fn(*inputs, **keywords)
         rows, per_head = (batch or None), (heads or None)
@@ -58,4 +57,3 @@ def local(fn):
         return sharded(inputs, arrays)
 
     return run
-

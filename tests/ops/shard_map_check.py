@@ -49,10 +49,11 @@ def main(impls):
     args = (q, k, v, g, gh, beta, lam, segments)
     worst = 0.0
     for impl in impls:
+        check_vma = not (impl == "pallas" and interpreted)
         for name, op in ops_by_name.items():
             f = lambda *a: op(*a, impl)
             sharded = jax.shard_map(f, mesh=mesh, in_specs=(token,) * 7 + (rows,), out_specs=token,
-                                    check_vma=not (impl == "pallas" and interpreted))
+                                    check_vma=check_vma)
             loss = lambda fn: (lambda *a: jnp.sum(fn(*a) ** 2))
             got = jax.jit(jax.value_and_grad(loss(sharded), argnums=range(7)))(*args)
             want = jax.jit(jax.value_and_grad(loss(f), argnums=range(7)))(*args)
@@ -67,7 +68,7 @@ def main(impls):
         f = lambda q, k, v, g, s0: ops.gla(q, k, v, g, initial_state=jnp.broadcast_to(s0, (q.shape[0], *s0.shape)),
                                            impl=impl)[0]
         sharded = jax.shard_map(f, mesh=mesh, in_specs=(token,) * 4 + (P("tensor"),), out_specs=token,
-                                check_vma=not (impl == "pallas" and interpreted))
+                                check_vma=check_vma)
         loss = lambda fn: (lambda *a: jnp.sum(fn(*a) ** 2))
         got = jax.jit(jax.grad(loss(sharded), argnums=4))(q, k, v, g, h0)
         want = jax.jit(jax.grad(loss(f), argnums=4))(q, k, v, g, h0)
