@@ -136,7 +136,7 @@ def run_niah(ctx: Context):
                                         progress=ctx.progress)
         records = niah.run_niah(samples, runner.generate, ctx.tokenizer, max_new_tokens=a.max_new_tokens,
                                 batch_size=a.batch_size, progress=ctx.progress)
-        write_jsonl(ctx.out / f"{task}.jsonl", records)
+        write_jsonl(ctx.out / f"{task}.jsonl.gz", records)
         summary = niah.summarize(records)
         niah.plot_heatmap(summary, ctx.out / f"{task}.png", title=f"{task}: {ctx.label}")
         results[task] = summary

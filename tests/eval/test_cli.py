@@ -60,7 +60,7 @@ def test_niah(tmp_path):
                   "--batch-size", "2")
     assert set(record["results"]) == {"niah_single_1", "niah_single_3"}
     assert record["results"]["niah_single_3"]["by_length_depth"] == {"512": {"0": 0.0, "100": 0.0}}
-    samples = read_jsonl(tmp_path / "niah_single_1.jsonl")
+    samples = read_jsonl(tmp_path / "niah_single_1.jsonl.gz")
     assert len(samples) == 2 and all(s["num_tokens"] + 4 <= 512 for s in samples)
     assert _png(tmp_path / "niah_single_3.png")
 
