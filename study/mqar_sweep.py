@@ -95,11 +95,11 @@ def run_config(family: str, width: int, cell: tuple[int, int, int], steps: int, 
                        seed=seed, checkpoint_every=0, eval_batches=0)
 
 
-def train_members(cfg: TrainConfig, rates, steps_per_call: int = 50):
-    """Train one model per rate side by side for cfg.steps steps.
+def member_train_calls(cfg: TrainConfig, rates, steps_per_call: int = 50):
+    """One model per rate, stacked, and the compiled call that trains them side by side.
 
     Returns (graphdef, others, state with a leading member axis on params and optimizer state, the model config,
-    the last step's metrics [members], seconds of training)."""
+    `run(state, n) -> (state, metrics [steps_per_call, members])`, which trains n <= steps_per_call steps)."""
     mesh = make_mesh(cfg.mesh)
     data = SyntheticBatches(cfg.data)
     mcfg = model_config(cfg, data.vocab_size)
@@ -110,6 +110,15 @@ def train_members(cfg: TrainConfig, rates, steps_per_call: int = 50):
     axes = type(state)(0, 0, None)
     run = compile_train_calls(jax.vmap(step, in_axes=(axes, None), out_axes=(axes, 0)), state, mesh,
                               steps_per_call, data.batch)
+    return graphdef, others, state, mcfg, run
+
+
+def train_members(cfg: TrainConfig, rates, steps_per_call: int = 50):
+    """Train one model per rate side by side for cfg.steps steps.
+
+    Returns (graphdef, others, state with a leading member axis on params and optimizer state, the model config,
+    the last step's metrics [members], seconds of training)."""
+    graphdef, others, state, mcfg, run = member_train_calls(cfg, rates, steps_per_call)
     begin, done, last = time.perf_counter(), 0, None
     while done < cfg.steps:
         n = min(steps_per_call, cfg.steps - done)

@@ -7,6 +7,10 @@ a time under `jax.checkpoint`: the `[B, T, vocab]` logits (1 GiB in bf16 for 16K
 32K vocabulary), their softmax and their gradient then exist one slice at a time, for the price
 of running the head's forward twice. The batch axis is never split, so its sharding is kept.
 
+A batch that names its scored positions (`scored_positions` [B, P], the synthetic tasks' P
+recall positions per row) has the head and the loss applied at those positions only: the same
+sums as over all T positions, for P / T of the head's work (MQAR at T = 256 with 16 pairs: 1/16).
+
 The logits stay in the head's compute dtype (bf16 in mixed precision) and `cross_entropy` reads
 them in fp32 with its own VJP: it keeps the logits and the log-normaliser and forms the gradient
 `(softmax - one_hot) * dnll` in one pass, in the logits' dtype, where autodiff of an fp32 softmax
@@ -53,17 +57,31 @@ def _slice_sums(x, head, dtype, targets, loss_mask):
     return jnp.sum(nll * mask), (jnp.sum(mask), correct, scored)
 
 
+def at_scored_positions(x, batch):
+    """(x, targets, loss_mask) at the batch's `scored_positions` [B, P] when it has them, else unchanged."""
+    if "scored_positions" not in batch:
+        return x, batch["targets"], batch["loss_mask"]
+    at = batch["scored_positions"]
+    if at.ndim != 2 or at.shape[0] != x.shape[0] or not jnp.issubdtype(at.dtype, jnp.integer):
+        raise ValueError(f"scored_positions: expected integers [B, P] with B = {x.shape[0]}, "
+                         f"got {at.dtype} {tuple(at.shape)}")
+    pick = lambda a: jnp.take_along_axis(a, at.reshape(at.shape + (1,) * (a.ndim - 2)), axis=1)
+    return pick(x), pick(batch["targets"]), pick(batch["loss_mask"])
+
+
 def loss_sums(x, head, dtype, batch, chunk_len: int = 0):
     """(sum of masked NLL, (scored tokens, recall correct, recall scored)) for hidden states x [B, T, D],
-    the head [D, vocab] applied in `dtype`, and a batch with `targets` and `loss_mask` [B, T].
+    the head [D, vocab] applied in `dtype`, and a batch with `targets` and `loss_mask` [B, T] (and optionally
+    `scored_positions` [B, P]: only those positions are read).
 
     chunk_len: positions per slice of the head and loss (0, or >= T: all at once).
     """
     if chunk_len < 0:
         raise ValueError(f"chunk_len: expected >= 0, got {chunk_len}")
-    b, t = batch["targets"].shape
+    x, targets, loss_mask = at_scored_positions(x, batch)
+    b, t = targets.shape
     if not chunk_len or chunk_len >= t:
-        return _slice_sums(x, head, dtype, batch["targets"], batch["loss_mask"])
+        return _slice_sums(x, head, dtype, targets, loss_mask)
     if dtype is not None:  # once here: inside the scan each slice (and its recompute) would cast [D, vocab] again
         head = head.astype(dtype)
     pad = -t % chunk_len
@@ -78,5 +96,5 @@ def loss_sums(x, head, dtype, batch, chunk_len: int = 0):
         return jax.tree.map(jnp.add, total, one(*xs)), None
 
     zero = (jnp.zeros(()), (jnp.zeros(()),) * 3)
-    total, _ = jax.lax.scan(add, zero, (slices(x), slices(batch["targets"]), slices(batch["loss_mask"])))
+    total, _ = jax.lax.scan(add, zero, (slices(x), slices(targets), slices(loss_mask)))
     return total

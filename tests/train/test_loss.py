@@ -69,6 +69,32 @@ def test_slices_need_less_memory_for_a_large_vocabulary():
     assert whole >= logits_bytes and sliced < whole / 4, (whole, sliced)
 
 
+@pytest.mark.parametrize("chunk_len", [0, 3])
+def test_scored_positions_give_the_sums_and_gradients_of_all_positions(chunk_len):
+    """A batch naming its scored positions: the head applied there only gives the float64 sums of the whole
+    masked batch, and the gradients of x and the head of the loss over all T positions."""
+    x, head, batch = _inputs(5)
+    rng = np.random.default_rng(6)
+    at = np.stack([np.sort(rng.choice(T, 7, replace=False)) for _ in range(B)])
+    mask = np.zeros((B, T), np.int32)
+    np.put_along_axis(mask, at, 1, axis=1)
+    full = {**batch, "loss_mask": jnp.asarray(mask)}
+    picked = {**full, "scored_positions": jnp.asarray(at, jnp.int32)}
+    nll, (tokens, correct, scored) = loss_sums(x, head, None, picked, chunk_len)
+    want_nll, want_tokens, want_correct = _reference(x, head, full)
+    np.testing.assert_allclose(float(nll), want_nll, rtol=1e-5)
+    assert float(tokens) == want_tokens == float(scored) == B * 7 and float(correct) == want_correct
+    grad = lambda b: jax.grad(lambda x, h: loss_sums(x, h, None, b, chunk_len)[0], argnums=(0, 1))(x, head)
+    for got, want in zip(grad(picked), grad(full)):
+        np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-6)
+
+
+def test_scored_positions_of_the_wrong_shape_are_refused():
+    x, head, batch = _inputs()
+    with pytest.raises(ValueError, match=r"scored_positions: expected integers \[B, P\] with B = 2, got int32 \(7,\)"):
+        loss_sums(x, head, None, {**batch, "scored_positions": jnp.zeros(7, jnp.int32)})
+
+
 def test_negative_chunk_len_is_refused():
     x, head, batch = _inputs()
     with pytest.raises(ValueError, match=r"chunk_len: expected >= 0, got -1"):

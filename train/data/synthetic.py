@@ -1,7 +1,7 @@
 """Seeded synthetic recall tasks, MQAR (Zoology) and needle retrieval, generated on the device.
 
 `SyntheticBatches(config)` turns a `DataConfig` whose source is "mqar" or "needle" into a
-pure function `batch(step) -> dict of int32 [batch_size, seq_len]` that runs inside the
+pure function `batch(step) -> dict of int32 [batch_size, ...]` that runs inside the
 jitted train step: no host work, no transfer, and under a mesh each device makes only its
 own rows. Row r of step s is example `index = uniform(seed, s)[r]` of a pool of
 `num_examples`, and example i is generated from `fold_in(key(seed), i)` alone, so a batch
@@ -10,8 +10,10 @@ run, on any mesh, with no iterator state.
 
 Each row is one example in the packing format: `input_ids`, `targets` (the next input token,
 0 after the last one, and the recalled value at scored positions), `loss_mask` (1 where a
-recalled value is the target), `segment_ids` (1) and `positions` (0..T-1). Recall accuracy is
-the accuracy of the argmax prediction on the scored positions (`recall.py`).
+recalled value is the target), `segment_ids` (1) and `positions` (0..T-1), all [T], and
+`scored_positions` [P]: the P positions of `loss_mask`, a fixed number per task (MQAR's pairs,
+the needle's value tokens), so the loss can apply the head there only (`train.loss`). Recall
+accuracy is the accuracy of the argmax prediction on the scored positions (`recall.py`).
 """
 
 from __future__ import annotations
@@ -26,11 +28,14 @@ from train.data.config import SYNTHETIC_SOURCES, DataConfig, MQARConfig, NeedleC
 
 
 def _rows(tokens: jax.Array, last_target: jax.Array, scored: jax.Array) -> dict[str, jax.Array]:
-    """One row: inputs = tokens, targets = tokens shifted left with `last_target` at the end, loss_mask = scored."""
+    """One row: inputs = tokens, targets = tokens shifted left with `last_target` at the end, the loss on the
+    distinct positions `scored` (int [P])."""
     targets = jnp.append(tokens[1:], last_target)
     seq_len = tokens.shape[0]
-    return {"input_ids": tokens, "targets": targets, "loss_mask": scored.astype(jnp.int32),
-            "segment_ids": jnp.ones(seq_len, jnp.int32), "positions": jnp.arange(seq_len, dtype=jnp.int32)}
+    scored = scored.astype(jnp.int32)
+    return {"input_ids": tokens, "targets": targets, "loss_mask": jnp.zeros(seq_len, jnp.int32).at[scored].set(1),
+            "segment_ids": jnp.ones(seq_len, jnp.int32), "positions": jnp.arange(seq_len, dtype=jnp.int32),
+            "scored_positions": scored}
 
 
 def mqar_example(config: MQARConfig, seq_len: int, key: jax.Array) -> dict[str, jax.Array]:
@@ -55,7 +60,7 @@ def mqar_example(config: MQARConfig, seq_len: int, key: jax.Array) -> dict[str, 
     if config.random_non_queries:
         fill = jax.random.randint(k_fill, (seq_len,), 0, config.vocab_size, jnp.int32)
         tokens = jnp.where(tokens == 0, fill, tokens)
-    row = _rows(tokens, jnp.int32(0), jnp.zeros(seq_len, bool).at[queries].set(True))
+    row = _rows(tokens, jnp.int32(0), queries)
     row["targets"] = row["targets"].at[queries].set(values)
     return row
 
@@ -84,7 +89,7 @@ def needle_example(config: NeedleConfig, seq_len: int, key: jax.Array) -> dict[s
     filler_index = jnp.clip(jnp.where(t < cut, t, t - needle_len), 0, n_filler - 1)
     mark_index = jnp.clip(jnp.where(after, t - n_filler, t - cut), 0, marks.shape[0] - 1)
     tokens = jnp.where(in_needle | after, marks[mark_index], filler[filler_index])
-    return _rows(tokens, value[-1], t >= seq_len - n_value)
+    return _rows(tokens, value[-1], jnp.arange(seq_len - n_value, seq_len))
 
 
 _EXAMPLES = {"mqar": mqar_example, "needle": needle_example}
@@ -113,5 +118,5 @@ class SyntheticBatches:
         return jax.random.randint(sample_key, (self.config.batch_size,), 0, self.task.num_examples)
 
     def batch(self, step: jax.Array) -> dict[str, jax.Array]:
-        """The global batch of `step` (an int scalar, traced or not): int32 [batch_size, seq_len] arrays."""
+        """The global batch of `step` (an int scalar, traced or not): int32 [batch_size, ...] arrays."""
         return self.examples(self.indices(step))

@@ -21,13 +21,16 @@ def test_mqar_examples_are_well_formed(random_non_queries):
     pairs, half = 6, 64
     rows = _examples("mqar", {"vocab_size": 128, "num_kv_pairs": pairs, "random_non_queries": random_non_queries},
                      T, 1, 50)
+    scored_positions = rows.pop("scored_positions")
     assert all(v.shape == (50, T) and v.dtype == np.int32 for v in rows.values())
+    assert scored_positions.shape == (50, pairs) and scored_positions.dtype == np.int32
     for i in range(50):
         x, y, m = rows["input_ids"][i], rows["targets"][i], rows["loss_mask"][i]
         keys, values = x[0 : 2 * pairs : 2], x[1 : 2 * pairs : 2]
         assert len(set(keys)) == pairs and ((1 <= keys) & (keys < half)).all()
         assert len(set(values)) == pairs and ((half <= values) & (values < 128)).all()
         (queries,) = np.nonzero(m)
+        np.testing.assert_array_equal(np.sort(scored_positions[i]), queries)
         assert len(queries) == pairs and ((queries - 2 * pairs) % 2 == 0).all() and queries.min() >= 2 * pairs
         answer = dict(zip(keys, values))
         assert sorted(x[queries]) == sorted(keys)
@@ -92,6 +95,7 @@ def test_needle_examples_are_well_formed(depth):
         key, value = x[needle[0] + 1 : needle[0] + 4], x[needle[0] + 4 : needle[0] + 6]
         np.testing.assert_array_equal(x[query[0] + 1 : query[0] + 4], key)
         np.testing.assert_array_equal(m, [0] * 38 + [1, 1])
+        np.testing.assert_array_equal(rows["scored_positions"][i], [38, 39])
         np.testing.assert_array_equal(y[-2:], value)
         np.testing.assert_array_equal(y[:-1], x[1:])
         content = np.delete(x, [needle[0], query[0]])
