@@ -176,8 +176,8 @@ def _arguments(name, x, dtype):
     return pos, kw
 
 
-def check_op(name, x, chunk, dtype=jnp.float32, **options):
-    """Outputs, final states and all gradients of impl="pallas" against the float64 recurrence.
+def check_op(name, x, chunk, dtype=jnp.float32, impl="pallas", **options):
+    """Outputs, final states and all gradients of `impl` (a kernel backend) against the float64 recurrence.
 
     fp32: every relative RMS < FP32_TOL. bf16 (q, k, v rounded; the reference sees the same
     rounded values): fla's tolerances. options: the op's keyword options (centered=False, ...).
@@ -186,7 +186,7 @@ def check_op(name, x, chunk, dtype=jnp.float32, **options):
     pos, kw = _arguments(name, x, dtype)
     ref_pos = [np.asarray(p, np.float32) for p in pos]
     call = dict(**flags(op), segment_ids=x["segment_ids"])
-    got = op(*pos, **kw, **call, impl="pallas", chunk_size=chunk)
+    got = op(*pos, **kw, **call, impl=impl, chunk_size=chunk)
     with jax.enable_x64(True):
         to64 = lambda a: jnp.asarray(a, jnp.float64)
         want = jax.tree.map(np.asarray, op(*map(to64, ref_pos), **jax.tree.map(to64, kw), **call, impl="recurrent"))
@@ -197,7 +197,7 @@ def check_op(name, x, chunk, dtype=jnp.float32, **options):
         assert err < (FP32_TOL if fp32 else OUT_TOL), f"{name} {jax.tree_util.keystr(path)}: relative RMS {err:.2e}"
 
     want = float64_ground_truth(op, ref_pos, kw, x)
-    got = op_gradients(op, pos, kw, x, "pallas", chunk)
+    got = op_gradients(op, pos, kw, x, impl, chunk)
     for (path, w), g in zip(jax.tree_util.tree_leaves_with_path(want), jax.tree.leaves(got)):
         label = KERNEL_OPS[name][path[1].idx] if path[0].key == "pos" else jax.tree_util.keystr(path[1:])
         assert np.all(np.isfinite(np.asarray(g, np.float32))), f"{name} d{label}: not finite"

@@ -19,7 +19,7 @@ from ccq_jax.ops import per_device, validate
 from pallas_kernels.tiles import DEFAULT_CONFIG, KernelConfig
 
 REFERENCES = ("recurrent", "chunk", "scan")
-KERNELS = ("pallas_mosaic_gpu", "pallas_triton")  # impl="pallas": the first of these that takes the call
+KERNELS = ("pallas_mosaic_gpu", "pallas_triton", "pallas_mosaic_tpu")  # impl="pallas": the first that takes it
 IMPLS = (*REFERENCES, "pallas", *KERNELS)
 
 

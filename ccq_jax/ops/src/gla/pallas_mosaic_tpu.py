@@ -1,0 +1,127 @@
+"""GLA on the Mosaic TPU kernels of `pallas_kernels.gla_tpu`, under one custom VJP.
+
+The wrapper pads T to a multiple of the chunk and K, V to multiples of 128 (the TPU's lanes),
+moves heads before time (`[B, H, Tp, Kp]`: each grid step reads one (8, 128)-tiled block),
+forms the gates' in-chunk cumsum G in fp32 and the document masks, and cuts the padding off
+again. The backward recomputes the chunks' entering states with the forward kernel (nothing of
+size `[B, H, N, K, V]` is kept between forward and backward), then runs the backward kernel.
+
+The gates' gradient needs no kernel of its own: every path from g to the loss goes through
+exp(Gamma_i - Gamma_j) with a query or the final state at i and a key or the initial state at
+j (Gamma the cumsum of g inside a document), so dL/dGamma_t = q_t * dq_t - k_t * dk_t, plus
+sum_v S_T * dS_T at the sequence's end, and dg_t is the sum of dL/dGamma_s over the later
+tokens s of t's document (0 at a document's first token, where g multiplies a discarded state).
+"""
+
+import functools
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from ccq_jax.ops.numerics import vary_like
+from ccq_jax.ops.pallas_layout import chunk_cumsum, check_chunk, layout, pad, pad_state
+from ccq_jax.ops.registry import Call
+from pallas_kernels import gla_tpu
+from pallas_kernels.tiles import DEFAULT_CONFIG
+
+f32 = jnp.float32
+
+
+def supports(call: Call) -> str | None:
+    """Compiled on a TPU (or for one, ahead of time: interpret=False on a CPU), interpreted on a CPU."""
+    if call.platform in ("tpu", "cpu") or call.interpret:
+        return None
+    return (f"the Mosaic TPU kernels compile for a TPU only, and interpreted on a {call.platform} they would be the "
+            f"slowest path there is (ask for that with interpret=True)")
+
+
+class Masks(NamedTuple):
+    """The document layout in the kernels' shapes (see `pallas_kernels.gla_tpu`), and the document index [B, Tp]."""
+
+    reads: jax.Array
+    writes: jax.Array
+    keep: jax.Array
+    ddc: jax.Array
+    ddr: jax.Array
+    docs: jax.Array
+
+
+def masks(docs, chunk) -> Masks:
+    lay = layout(docs, chunk)
+    b, tp = lay.dd.shape
+    return Masks(lay.reads[..., None], lay.writes[..., None], lay.keep[..., None, None], lay.dd[..., None],
+                 lay.dd.reshape(b, tp // chunk, 1, chunk), lay.dd)
+
+
+def _lanes(d):
+    return -(-d // gla_tpu.LANES) * gla_tpu.LANES
+
+
+def _gates(g, chunk):
+    """(G [B, H, Tp, Kp] fp32, its last row per chunk as columns [B, H, N, Kp, 1]) of the kernel-layout gates."""
+    G = jnp.moveaxis(chunk_cumsum(jnp.moveaxis(g, 1, 2), chunk), 2, 1)
+    return G, G[:, :, chunk - 1::chunk, :, None]
+
+
+def _segmented_suffix_sums(x, docs):
+    """sum_{s >= t, docs[s] == docs[t]} x_s along axis 2 of x [B, H, Tp, K], docs [B, Tp]."""
+    ends = jnp.concatenate([docs[:, 1:] != docs[:, :-1], jnp.ones_like(docs[:, :1], bool)], axis=1)
+    flags = jnp.broadcast_to(ends[:, None, :, None], x.shape)
+
+    def combine(later, earlier):  # reverse scan: `later` holds the suffix already summed
+        (lv, lf), (ev, ef) = later, earlier
+        return ev + jnp.where(ef, 0.0, lv), lf | ef
+
+    sums, _ = jax.lax.associative_scan(combine, (jnp.flip(x, 2), jnp.flip(flags, 2)), axis=2)
+    return jnp.flip(sums, 2)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(6, 7, 8))
+def linear_attention(q, k, v, g, h0, lay, scale, chunk, interpret):
+    """(o [B, H, Tp, Vp], final state) of GLA on kernel-layout inputs; g: the log gates [B, H, Tp, Kp] fp32."""
+    G, last = _gates(g, chunk)
+    o, final = gla_tpu.forward(q, k, v, G, last, h0, *lay[:5], scale=scale, chunk=chunk, emit_states=False,
+                               interpret=interpret)
+    return o, final
+
+
+def _vjp_forward(q, k, v, g, h0, lay, scale, chunk, interpret):
+    out = linear_attention(q, k, v, g, h0, lay, scale, chunk, interpret)
+    return out, (q, k, v, g, h0, lay, out[1])
+
+
+def _vjp_backward(scale, chunk, interpret, residuals, cotangents):
+    q, k, v, g, h0, lay, final = residuals
+    do, dfinal = cotangents
+    G, last = _gates(g, chunk)
+    _, _, states = gla_tpu.forward(q, k, v, G, last, h0, *lay[:5], scale=scale, chunk=chunk, emit_states=True,
+                                   interpret=interpret)
+    dq, dk, dv, dh0 = gla_tpu.backward(q, k, v, G, last, states, do, dfinal.astype(f32), *lay[:5], scale=scale,
+                                       chunk=chunk, interpret=interpret)
+    dgamma = q.astype(f32) * dq - k.astype(f32) * dk
+    dgamma = dgamma.at[:, :, -1].add(jnp.sum(final * dfinal, axis=-1))
+    starts = jnp.concatenate([jnp.zeros_like(lay.docs[:, :1], bool), lay.docs[:, 1:] != lay.docs[:, :-1]], axis=1)
+    dg = jnp.where(starts[:, None, :, None], 0.0, _segmented_suffix_sums(dgamma, lay.docs))
+    return dq.astype(q.dtype), dk.astype(k.dtype), dv, dg, dh0, None
+
+
+linear_attention.defvjp(_vjp_forward, _vjp_backward)
+
+
+def gla(q, k, v, g, *, scale, initial_state, docs, interpret, config, chunk_size=64):
+    """Chunked GLA on the Mosaic TPU kernels; see `ccq_jax.ops.gla`. The kernels take their blocks from the chunk
+    and the padded widths: a `KernelConfig` other than the default (the Triton tiling) is refused."""
+    if config != DEFAULT_CONFIG:
+        raise ValueError(f"config: the Mosaic TPU kernels take no KernelConfig (their blocks are the chunk and the "
+                         f"padded K and V), got {config!r}")
+    t, dk, dv = q.shape[1], q.shape[-1], v.shape[-1]
+    chunk = check_chunk(chunk_size, interpret)
+    tp, kp, vp = t + (-t % chunk), _lanes(dk), _lanes(dv)
+    dtype = jnp.result_type(q, k, v)
+    heads_first = lambda x, width: jnp.moveaxis(pad(x, tp, width), 2, 1)
+    qh, kh, vh = (heads_first(x.astype(dtype), w) for x, w in ((q, kp), (k, kp), (v, vp)))
+    h0 = vary_like(pad_state(initial_state, kp, vp), [qh, kh, vh])
+    o, final = linear_attention(qh, kh, vh, heads_first(g.astype(f32), kp), h0, masks(docs, chunk), scale, chunk,
+                                interpret)
+    return jnp.moveaxis(o, 1, 2)[:, :t, :, :dv], final[:, :, :dk, :dv]
