@@ -38,8 +38,8 @@ def _gdn(x, **kw):
     ({"q": np.zeros((2, 8, 2, 16), np.int32)}, r"q: expected a floating dtype"),
     ({"initial_state": np.zeros((2, 2, 12, 16), np.float32)}, r"initial_state: expected shape \[B=2, H=2, K=16, V=12\]"),
     ({"scale": -1.0}, r"scale: expected a positive finite number, got -1.0"),
-    ({"impl": "flash"}, r"impl: expected one of \['chunk', 'pallas', 'pallas_mosaic_gpu', 'pallas_triton', 'recurrent', "
-                          r"'scan'\], got 'flash'"),
+    ({"impl": "flash"}, r"impl: expected one of \['chunk', 'pallas', 'pallas_mosaic_gpu', 'pallas_mosaic_tpu', "
+                          r"'pallas_triton', 'recurrent', 'scan'\], got 'flash'"),
     ({"segment_ids": np.zeros((2, 8), np.float32)}, r"segment_ids: expected an integer dtype"),
     ({"segment_ids": np.zeros((2, 9), np.int32)}, r"segment_ids: expected shape \[B=2, T=8\], got \(2, 9\)"),
     ({"chunk_size": 0}, r"chunk_size: expected a positive integer, got 0"),
@@ -84,15 +84,18 @@ def test_range_checks_are_skipped_under_jit_but_shapes_are_not(x):
 
 
 def test_pallas_refuses_a_platform_without_its_kernels(monkeypatch):
-    """On a TPU (no kernels yet) impl="pallas" must not fall back to the interpreted GPU kernels in silence."""
+    """On a TPU, for an op without TPU kernels yet, impl="pallas" must not fall back to the interpreted GPU kernels
+    in silence."""
     monkeypatch.setattr(jax, "default_backend", lambda: "tpu")
     q = np.full((1, 11, 1, 16), 0.1, np.float32)  # a shape no other test traces: the jit cache must not answer
+    gate = np.full((1, 11, 1), -0.1, np.float32)
     with pytest.raises(ValueError, match=r"impl: 'pallas' has no kernels for platform 'tpu' yet .*impl='chunk'"):
-        ops.gla(q, q, q, -q, impl="pallas")
+        ops.gated_delta_rule(q, q, q, gate, -gate, impl="pallas")
 
 
 def test_an_op_without_the_named_backend_says_which_it_has():
     q = np.full((1, 8, 1, 16), 0.1, np.float32)
     with pytest.raises(ValueError, match=r"impl: gla has no 'pallas_mosaic_gpu' backend; it has \['chunk', "
-                                         r"'pallas_triton', 'recurrent', 'scan'\] \(and 'pallas'\)"):
+                                         r"'pallas_mosaic_tpu', 'pallas_triton', 'recurrent', 'scan'\] \(and "
+                                         r"'pallas'\)"):
         ops.gla(q, q, q, -q, impl="pallas_mosaic_gpu")

@@ -25,20 +25,25 @@ def _device(chip):
     return topologies.get_topology_desc(platform="tpu", topology_name=TOPOLOGIES[chip][0]).devices[0]
 
 
-@pytest.mark.parametrize("chip", sorted(TOPOLOGIES))
-@pytest.mark.parametrize("chunk", [64, 128])
-def test_gla_compiles(chip, chunk):
-    device = _device(chip)
-    sharding = jax.sharding.SingleDeviceSharding(device)
+def _inputs(name, sharding):
     b, t, h, dk, dv = GLA_1_3B.values()
-    S = lambda width, dtype: jax.ShapeDtypeStruct((b, t, h, width), dtype, sharding=sharding)
-    loss = lambda *x: jnp.sum(ops.gla(*x, impl="pallas_mosaic_tpu", chunk_size=chunk, interpret=False)[0]
+    S = lambda dtype, *shape: jax.ShapeDtypeStruct((b, t, h, *shape), dtype, sharding=sharding)
+    q, k, v, g, lam = S(jnp.bfloat16, dk), S(jnp.bfloat16, dk), S(jnp.bfloat16, dv), S(jnp.float32, dk), S(jnp.float32)
+    return {"gla": (q, k, v, g), "ccq_gla": (q, k, v, g, lam)}[name]
+
+
+@pytest.mark.parametrize("chip", sorted(TOPOLOGIES))
+@pytest.mark.parametrize("name,chunk", [("gla", 64), ("gla", 128), ("ccq_gla", 64)])
+def test_kernels_compile(chip, name, chunk):
+    """Forward and backward: gla's three kernels; ccq_gla's six (the read's covariance and the backbone)."""
+    device = _device(chip)
+    args = _inputs(name, jax.sharding.SingleDeviceSharding(device))
+    loss = lambda *x: jnp.sum(getattr(ops, name)(*x, impl="pallas_mosaic_tpu", chunk_size=chunk, interpret=False)[0]
                               .astype(jnp.float32))
-    step = jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2, 3)))
-    compiled = step.trace(S(dk, jnp.bfloat16), S(dk, jnp.bfloat16), S(dv, jnp.bfloat16), S(dk, jnp.float32)).lower(
-        lowering_platforms=("tpu",)).compile()
+    step = jax.jit(jax.value_and_grad(loss, argnums=tuple(range(len(args)))))
+    compiled = step.trace(*args).lower(lowering_platforms=("tpu",)).compile()
     assert device.device_kind.startswith("TPU v")
     memory = compiled.memory_analysis()
     used = memory.temp_size_in_bytes + memory.argument_size_in_bytes + memory.output_size_in_bytes
     assert used < TOPOLOGIES[chip][1] * 2**30, used
-    assert compiled.as_text().count("tpu_custom_call") == 3
+    assert compiled.as_text().count("tpu_custom_call") == {"gla": 3, "ccq_gla": 6}[name]

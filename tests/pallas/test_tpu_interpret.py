@@ -1,4 +1,4 @@
-"""impl="pallas_mosaic_tpu" in TPU interpret mode on the CPU against the float64 recurrence.
+"""impl="pallas_mosaic_tpu" (gla, ccq_query, ccq_gla) in TPU interpret mode on the CPU against float64.
 
 The interpreter simulates a TPU's memory (HBM, VMEM, NaN-filled where nothing was written), two
 cores taking the "parallel" grid points in random order, and a race detector that prints
@@ -15,6 +15,8 @@ import pytest
 import ccq_jax.ops as ops
 from ccq_jax.ops import registry
 from ccq_jax.ops.registry import Call
+from ccq_jax.ops.src.ccq_gla import api as ccq_gla_api
+from ccq_jax.ops.src.ccq_query import api as read_api
 from ccq_jax.ops.src.gated_delta_rule import api as gdn_api
 from ccq_jax.ops.src.gla import api as gla_api
 from pallas_kernels.tiles import KernelConfig
@@ -24,6 +26,13 @@ from tests.builders import check_op, kernel_inputs as inputs
 @pytest.mark.parametrize("chunk,dtype,dk", [(32, jnp.float32, 12), (16, jnp.bfloat16, 12), (64, jnp.float32, 130)])
 def test_gla_against_recurrence(chunk, dtype, dk, capfd):
     check_op("gla", inputs(30, t=70, dk=dk), chunk, dtype, impl="pallas_mosaic_tpu")
+    assert "RACE DETECTED" not in capfd.readouterr().out
+
+
+@pytest.mark.parametrize("name,chunk,dtype", [("ccq_query", 32, jnp.float32), ("ccq_gla", 16, jnp.bfloat16)])
+def test_ccq_read_against_recurrence(name, chunk, dtype, capfd):
+    """The CCQ read (its covariance on the GLA kernel) alone and feeding GLA."""
+    check_op(name, inputs(31, t=70), chunk, dtype, impl="pallas_mosaic_tpu")
     assert "RACE DETECTED" not in capfd.readouterr().out
 
 
@@ -42,7 +51,8 @@ def _call(platform, interpret=None):
 
 
 def test_pallas_on_a_tpu_is_the_mosaic_tpu_kernel():
-    assert registry.choose("gla", gla_api.IMPLEMENTATIONS, "pallas", _call("tpu"))[0] == "pallas_mosaic_tpu"
+    for name, api in (("gla", gla_api), ("ccq_query", read_api), ("ccq_gla", ccq_gla_api)):
+        assert registry.choose(name, api.IMPLEMENTATIONS, "pallas", _call("tpu"))[0] == "pallas_mosaic_tpu"
     with pytest.raises(ValueError, match=r"impl: 'pallas' has no kernels for platform 'tpu' yet"):
         registry.choose("gated_delta_rule", gdn_api.IMPLEMENTATIONS, "pallas", _call("tpu"))
 

@@ -91,7 +91,9 @@ def test_synthetic_sources_make_batches_on_the_device(source, task):
     batches = [jax.device_get(pipeline.synthetic.batch(step)) for step in range(3)]
     assert_batches_equal(batches, [jax.device_get(pipeline.synthetic.batch(step)) for step in range(3)])
     for batch in batches:  # one example per row, its scored positions intact
+        scored = batch.pop("scored_positions")
         assert set(batch) == set(ROW_KEYS) and all(v.shape == (2, 32) for v in batch.values())
+        assert scored.shape == (2, 4)  # MQAR's 4 pairs, the needle's 4 value tokens
         assert (batch["segment_ids"] == 1).all() and (batch["loss_mask"].sum(axis=1) == 4).all()
     with pytest.raises(ValueError, match=r"num_epochs: synthetic batches never end .* leave it None, got 1"):
         DataConfig.from_dict({"source": source, "seq_len": 32, "num_epochs": 1, source: task})

@@ -3,7 +3,7 @@ the public function."""
 
 from ccq_jax.ops import validate
 from ccq_jax.ops.registry import Implementation
-from ccq_jax.ops.src.ccq_gla import pallas_triton
+from ccq_jax.ops.src.ccq_gla import pallas_mosaic_tpu, pallas_triton
 from ccq_jax.ops.src.ccq_query import reference as read
 from ccq_jax.ops.src.ccq_query.api import call_fused
 from ccq_jax.ops.src.gla import reference as backbone
@@ -13,6 +13,8 @@ IMPLEMENTATIONS = {
     "chunk": Implementation(read.feeding(read.chunk, backbone.chunk), chunked=True),
     "scan": Implementation(read.feeding(read.scan, backbone.scan)),
     "pallas_triton": Implementation(pallas_triton.ccq_gla, chunked=True, supports=pallas_triton.supports),
+    "pallas_mosaic_tpu": Implementation(pallas_mosaic_tpu.ccq_gla, chunked=True,
+                                        supports=pallas_mosaic_tpu.supports),
 }
 
 

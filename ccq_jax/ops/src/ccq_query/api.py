@@ -2,13 +2,15 @@
 
 from ccq_jax.ops import registry, validate
 from ccq_jax.ops.registry import Implementation
-from ccq_jax.ops.src.ccq_query import pallas_triton, reference
+from ccq_jax.ops.src.ccq_query import pallas_mosaic_tpu, pallas_triton, reference
 
 IMPLEMENTATIONS = {
     "recurrent": Implementation(reference.recurrent),
     "chunk": Implementation(reference.chunk, chunked=True),
     "scan": Implementation(reference.scan),
     "pallas_triton": Implementation(pallas_triton.ccq_query, chunked=True, supports=pallas_triton.supports),
+    "pallas_mosaic_tpu": Implementation(pallas_mosaic_tpu.ccq_query, chunked=True,
+                                        supports=pallas_mosaic_tpu.supports),
 }
 STATIC = ("centered", "normalize_keys")
 
