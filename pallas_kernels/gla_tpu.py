@@ -31,18 +31,11 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
+from pallas_kernels.tpu import dot, interpret_params, sequential_params
+
 f32 = jnp.float32
 SUB = 16  # rows per sub-block: bf16 packs 16 rows per VMEM tile
-LANES = 128
 NEG = -jnp.inf
-
-
-def _dot(a, b, dtype, trans_a=False, trans_b=False):
-    """a @ b (a^T, b^T as asked) with operands in `dtype`, fp32 accumulation."""
-    precision = jax.lax.Precision.HIGHEST if jnp.dtype(dtype).itemsize >= 4 else None
-    dims = (((0 if trans_a else 1,), (1 if trans_b else 0,)), ((), ()))
-    return jax.lax.dot_general(a.astype(dtype), b.astype(dtype), dims, precision=precision,
-                               preferred_element_type=f32)
 
 
 def _iota(shape, axis):
@@ -72,7 +65,7 @@ def gated_scores(q, k, G, dtype):
         ref = G[r0:r0 + 1]
         rows = jnp.zeros((SUB, chunk), f32)
         if r0:  # keys of earlier sub-blocks, through the reference row r0
-            rows = _dot(qi * jnp.exp(gi - ref), k * _row_decays(G, ref, r0), dtype, trans_b=True)
+            rows = dot(qi * jnp.exp(gi - ref), k * _row_decays(G, ref, r0), dtype, trans_b=True)
         local = _iota((SUB, 1), 0)
         for j in range(SUB):  # the sub-block's own keys, one at a time, each pairwise decay exact
             kj, gj = k[r0 + j:r0 + j + 1], G[r0 + j:r0 + j + 1]
@@ -100,7 +93,7 @@ def gated_apply(P, x, G, dtype, transposed=False):
         out = jnp.zeros((SUB, x.shape[1]), f32)
         if (r_ref < chunk - 1) if transposed else r0:
             others = _col_decays(G, ref, r_ref) if transposed else _row_decays(G, ref, r0)
-            out = jnp.exp(sign * (g_rows - ref)) * _dot(p_rows, x * others, dtype)
+            out = jnp.exp(sign * (g_rows - ref)) * dot(p_rows, x * others, dtype)
         for m in range(SUB):  # the sub-block's own rows, one at a time, each pairwise decay exact
             x_m, g_m = x[r0 + m:r0 + m + 1], G[r0 + m:r0 + m + 1]
             p_m = jnp.sum(jnp.where(cols == r0 + m, p_rows, 0.0), axis=1, keepdims=True)
@@ -135,10 +128,10 @@ def _forward_kernel(q_ref, k_ref, v_ref, G_ref, last_ref, h0_ref, reads_ref, wri
     G_last = G[chunk - 1:chunk]
     A = gated_scores(q, k, G, dtype) * _causal(ddc_ref[...], ddr_ref[...])
     q_read = q.astype(f32) * jnp.exp(G) * reads_ref[...]
-    o = scale * (_dot(q_read, S, dtype) + _dot(A, v, dtype))
+    o = scale * (dot(q_read, S, dtype) + dot(A, v, dtype))
     o_ref[...] = o.astype(o_ref.dtype)
     k_write = k.astype(f32) * jnp.exp(G_last - G) * writes_ref[...]
-    state[...] = keep_ref[...] * jnp.exp(last_ref[...]) * S + _dot(k_write, v, dtype, trans_a=True)
+    state[...] = keep_ref[...] * jnp.exp(last_ref[...]) * S + dot(k_write, v, dtype, trans_a=True)
 
     @pl.when(pl.program_id(2) == pl.num_programs(2) - 1)
     def _():
@@ -163,16 +156,16 @@ def _backward_kernel(q_ref, k_ref, v_ref, G_ref, last_ref, states_ref, do_ref, d
     write_decay = jnp.exp(G_last - G) * writes  # token j's decay to the chunk's end
 
     A = scale * gated_scores(q, k, G, dtype) * causal  # o = A v + scale (q read) S
-    dA = scale * _dot(do, v, dtype, trans_b=True) * causal  # dA[i, j] = scale do_i . v_j
-    dAt = scale * _dot(v, do, dtype, trans_b=True) * _causal(ddc, ddr, transposed=True)  # dAt[j, i] = dA[i, j]
-    dq = gated_apply(dA, k, G, dtype) + scale * read_decay * _dot(do, S, dtype, trans_b=True)
-    dk = gated_apply(dAt, q, G, dtype, transposed=True) + write_decay * _dot(v, dS, dtype, trans_b=True)
-    dv = _dot(A, do, dtype, trans_a=True) + _dot(k.astype(f32) * write_decay, dS, dtype)
+    dA = scale * dot(do, v, dtype, trans_b=True) * causal  # dA[i, j] = scale do_i . v_j
+    dAt = scale * dot(v, do, dtype, trans_b=True) * _causal(ddc, ddr, transposed=True)  # dAt[j, i] = dA[i, j]
+    dq = gated_apply(dA, k, G, dtype) + scale * read_decay * dot(do, S, dtype, trans_b=True)
+    dk = gated_apply(dAt, q, G, dtype, transposed=True) + write_decay * dot(v, dS, dtype, trans_b=True)
+    dv = dot(A, do, dtype, trans_a=True) + dot(k.astype(f32) * write_decay, dS, dtype)
     dq_ref[...] = dq.astype(dq_ref.dtype)
     dk_ref[...] = dk.astype(dk_ref.dtype)
     dv_ref[...] = dv.astype(dv_ref.dtype)
     q_read = q.astype(f32) * read_decay
-    dstate[...] = keep_ref[...] * jnp.exp(last_ref[...]) * dS + scale * _dot(q_read, do, dtype, trans_a=True)
+    dstate[...] = keep_ref[...] * jnp.exp(last_ref[...]) * dS + scale * dot(q_read, do, dtype, trans_a=True)
 
     @pl.when(pl.program_id(2) == pl.num_programs(2) - 1)
     def _():
@@ -194,18 +187,6 @@ def _specs(chunk, kp, vp, n, reverse):
     )
 
 
-def _params():
-    return pltpu.CompilerParams(dimension_semantics=("parallel", "parallel", "arbitrary"))
-
-
-def _interpret(interpret):
-    """TPU interpret mode with its checks (a race detector, NaN-filled fresh memory, two cores taking the
-    "parallel" grid points in random order), or compiled."""
-    if not interpret:
-        return False
-    return pltpu.InterpretParams(detect_races=True, uninitialized_memory="nan", num_cores_or_threads=2, random_seed=0)
-
-
 @functools.partial(jax.jit, static_argnames=("scale", "chunk", "emit_states", "interpret"))
 def forward(q, k, v, G, last, h0, reads, writes, keep, ddc, ddr, *, scale, chunk, emit_states, interpret):
     """(o [B, H, Tp, Vp] in v's dtype, final state fp32 [B, H, Kp, Vp], entering state of each chunk fp32
@@ -225,7 +206,7 @@ def forward(q, k, v, G, last, h0, reads, writes, keep, ddc, ddr, *, scale, chunk
                   s["column"], s["column"], s["keep"], s["column"], s["row"]],
         out_specs=out_specs, out_shape=out_shape,
         scratch_shapes=[pltpu.VMEM((kp, vp), f32)],
-        compiler_params=_params(), interpret=_interpret(interpret), name="gla_tpu_forward",
+        compiler_params=sequential_params(), interpret=interpret_params(interpret), name="gla_tpu_forward",
     )(q, k, v, G, last, h0, reads, writes, keep, ddc, ddr)
 
 
@@ -245,5 +226,5 @@ def backward(q, k, v, G, last, states, do, dfinal, reads, writes, keep, ddc, ddr
         out_shape=[jax.ShapeDtypeStruct(q.shape, f32), jax.ShapeDtypeStruct(k.shape, f32),
                    jax.ShapeDtypeStruct(v.shape, v.dtype), jax.ShapeDtypeStruct((b, h, kp, vp), f32)],
         scratch_shapes=[pltpu.VMEM((kp, vp), f32)],
-        compiler_params=_params(), interpret=_interpret(interpret), name="gla_tpu_backward",
+        compiler_params=sequential_params(), interpret=interpret_params(interpret), name="gla_tpu_backward",
     )(q, k, v, G, last, states, do, dfinal, reads, writes, keep, ddc, ddr)

@@ -84,12 +84,12 @@ def test_range_checks_are_skipped_under_jit_but_shapes_are_not(x):
 
 
 def test_pallas_refuses_a_platform_without_its_kernels(monkeypatch):
-    """On a TPU, for an op without TPU kernels yet, impl="pallas" must not fall back to the interpreted GPU kernels
-    in silence."""
-    monkeypatch.setattr(jax, "default_backend", lambda: "tpu")
+    """On a platform with no kernels (here Apple's METAL plugin), impl="pallas" must not fall back to interpreted
+    kernels in silence."""
+    monkeypatch.setattr(jax, "default_backend", lambda: "METAL")
     q = np.full((1, 11, 1, 16), 0.1, np.float32)  # a shape no other test traces: the jit cache must not answer
     gate = np.full((1, 11, 1), -0.1, np.float32)
-    with pytest.raises(ValueError, match=r"impl: 'pallas' has no kernels for platform 'tpu' yet .*impl='chunk'"):
+    with pytest.raises(ValueError, match=r"impl: 'pallas' has no kernels for platform 'METAL' yet .*impl='chunk'"):
         ops.gated_delta_rule(q, q, q, gate, -gate, impl="pallas")
 
 

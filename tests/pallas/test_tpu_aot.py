@@ -2,8 +2,9 @@
 
 Needs the `tpu` extra (`pip install -e '.[tpu]'`, libtpu) and runs with `-m tpu_aot` under
 JAX_PLATFORMS=cpu; .ci/run does both after the main suite. Each case compiles forward and backward
-for a v5e, v5p or v6e device of `jax.experimental.topologies` and checks that the kernels are
-Mosaic custom calls and that the program's memory fits the chip's HBM. Compilation reports VMEM
+(B=4, T=4096, K=256, V=512; GLA H=4, Gated DeltaNet H=6) for a v5e, v5p or v6e device of
+`jax.experimental.topologies` and checks that the kernels are Mosaic custom calls and that the
+program's memory fits the chip's HBM. Compilation reports VMEM
 overflow and misaligned blocks, which interpretation and lowering do not.
 """
 
@@ -15,7 +16,9 @@ import ccq_jax.ops as ops
 
 pytestmark = pytest.mark.tpu_aot
 TOPOLOGIES = {"v5e": ("v5e:2x2", 16), "v5p": ("v5p:2x2x1", 95), "v6e": ("v6e:2x2", 32)}  # name, HBM GiB
-GLA_1_3B = dict(b=4, t=4096, h=4, dk=256, dv=512)
+SHAPES_1_3B = {"gla": dict(b=4, t=4096, h=4, dk=256, dv=512),
+               "gated_delta_rule": dict(b=4, t=4096, h=6, dk=256, dv=512)}
+KERNEL_CALLS = {"gla": 3, "ccq_gla": 6, "gated_delta_rule": 3, "ccq_gated_delta_rule": 6}  # forward, states, backward
 
 
 def _device(chip):
@@ -26,16 +29,18 @@ def _device(chip):
 
 
 def _inputs(name, sharding):
-    b, t, h, dk, dv = GLA_1_3B.values()
+    b, t, h, dk, dv = SHAPES_1_3B["gla" if name.endswith("gla") else "gated_delta_rule"].values()
     S = lambda dtype, *shape: jax.ShapeDtypeStruct((b, t, h, *shape), dtype, sharding=sharding)
-    q, k, v, g, lam = S(jnp.bfloat16, dk), S(jnp.bfloat16, dk), S(jnp.bfloat16, dv), S(jnp.float32, dk), S(jnp.float32)
-    return {"gla": (q, k, v, g), "ccq_gla": (q, k, v, g, lam)}[name]
+    q, k, v, lam = S(jnp.bfloat16, dk), S(jnp.bfloat16, dk), S(jnp.bfloat16, dv), S(jnp.float32)
+    backbone = (q, k, v, S(jnp.float32, dk)) if name.endswith("gla") else (q, k, v, S(jnp.float32), S(jnp.float32))
+    return (*backbone, lam) if name.startswith("ccq") else backbone
 
 
 @pytest.mark.parametrize("chip", sorted(TOPOLOGIES))
-@pytest.mark.parametrize("name,chunk", [("gla", 64), ("gla", 128), ("ccq_gla", 64)])
+@pytest.mark.parametrize("name,chunk", [("gla", 64), ("gla", 128), ("ccq_gla", 64), ("gated_delta_rule", 64),
+                                        ("ccq_gated_delta_rule", 64)])
 def test_kernels_compile(chip, name, chunk):
-    """Forward and backward: gla's three kernels; ccq_gla's six (the read's covariance and the backbone)."""
+    """Forward and backward: a backbone's three kernels; a CCQ op's six (the read's covariance and the backbone)."""
     device = _device(chip)
     args = _inputs(name, jax.sharding.SingleDeviceSharding(device))
     loss = lambda *x: jnp.sum(getattr(ops, name)(*x, impl="pallas_mosaic_tpu", chunk_size=chunk, interpret=False)[0]
@@ -46,4 +51,4 @@ def test_kernels_compile(chip, name, chunk):
     memory = compiled.memory_analysis()
     used = memory.temp_size_in_bytes + memory.argument_size_in_bytes + memory.output_size_in_bytes
     assert used < TOPOLOGIES[chip][1] * 2**30, used
-    assert compiled.as_text().count("tpu_custom_call") == {"gla": 3, "ccq_gla": 6}[name]
+    assert compiled.as_text().count("tpu_custom_call") == KERNEL_CALLS[name]

@@ -1,4 +1,4 @@
-"""impl="pallas_mosaic_tpu" (gla, ccq_query, ccq_gla) in TPU interpret mode on the CPU against float64.
+"""impl="pallas_mosaic_tpu" (every op) in TPU interpret mode on the CPU against the float64 recurrence.
 
 The interpreter simulates a TPU's memory (HBM, VMEM, NaN-filled where nothing was written), two
 cores taking the "parallel" grid points in random order, and a race detector that prints
@@ -15,6 +15,7 @@ import pytest
 import ccq_jax.ops as ops
 from ccq_jax.ops import registry
 from ccq_jax.ops.registry import Call
+from ccq_jax.ops.src.ccq_gated_delta_rule import api as ccq_gdn_api
 from ccq_jax.ops.src.ccq_gla import api as ccq_gla_api
 from ccq_jax.ops.src.ccq_query import api as read_api
 from ccq_jax.ops.src.gated_delta_rule import api as gdn_api
@@ -29,9 +30,16 @@ def test_gla_against_recurrence(chunk, dtype, dk, capfd):
     assert "RACE DETECTED" not in capfd.readouterr().out
 
 
-@pytest.mark.parametrize("name,chunk,dtype", [("ccq_query", 32, jnp.float32), ("ccq_gla", 16, jnp.bfloat16)])
+@pytest.mark.parametrize("chunk,dtype,dk", [(32, jnp.float32, 12), (16, jnp.bfloat16, 12), (64, jnp.float32, 130)])
+def test_gated_delta_rule_against_recurrence(chunk, dtype, dk, capfd):
+    check_op("gated_delta_rule", inputs(30, t=70, dk=dk), chunk, dtype, impl="pallas_mosaic_tpu")
+    assert "RACE DETECTED" not in capfd.readouterr().out
+
+
+@pytest.mark.parametrize("name,chunk,dtype", [("ccq_gla", 16, jnp.bfloat16), ("ccq_gated_delta_rule", 32, jnp.float32)])
 def test_ccq_read_against_recurrence(name, chunk, dtype, capfd):
-    """The CCQ read (its covariance on the GLA kernel) alone and feeding GLA."""
+    """The CCQ read (its covariance on the GLA kernel) feeding each backbone: the read's own gradients are among the
+    fused op's."""
     check_op(name, inputs(31, t=70), chunk, dtype, impl="pallas_mosaic_tpu")
     assert "RACE DETECTED" not in capfd.readouterr().out
 
@@ -51,10 +59,9 @@ def _call(platform, interpret=None):
 
 
 def test_pallas_on_a_tpu_is_the_mosaic_tpu_kernel():
-    for name, api in (("gla", gla_api), ("ccq_query", read_api), ("ccq_gla", ccq_gla_api)):
+    for name, api in (("gla", gla_api), ("ccq_query", read_api), ("ccq_gla", ccq_gla_api),
+                      ("gated_delta_rule", gdn_api), ("ccq_gated_delta_rule", ccq_gdn_api)):
         assert registry.choose(name, api.IMPLEMENTATIONS, "pallas", _call("tpu"))[0] == "pallas_mosaic_tpu"
-    with pytest.raises(ValueError, match=r"impl: 'pallas' has no kernels for platform 'tpu' yet"):
-        registry.choose("gated_delta_rule", gdn_api.IMPLEMENTATIONS, "pallas", _call("tpu"))
 
 
 def test_the_tpu_kernel_on_a_gpu_is_refused_unless_interpreted():

@@ -3,7 +3,7 @@ kernels fused), the public function."""
 
 from ccq_jax.ops import validate
 from ccq_jax.ops.registry import Implementation
-from ccq_jax.ops.src.ccq_gated_delta_rule import pallas_mosaic_gpu, pallas_triton
+from ccq_jax.ops.src.ccq_gated_delta_rule import pallas_mosaic_gpu, pallas_mosaic_tpu, pallas_triton
 from ccq_jax.ops.src.ccq_query import reference as read
 from ccq_jax.ops.src.ccq_query.api import call_fused
 from ccq_jax.ops.src.gated_delta_rule import reference as backbone
@@ -15,6 +15,8 @@ IMPLEMENTATIONS = {
     "pallas_mosaic_gpu": Implementation(pallas_mosaic_gpu.ccq_gated_delta_rule, chunked=True,
                                         supports=pallas_mosaic_gpu.supports),
     "pallas_triton": Implementation(pallas_triton.ccq_gated_delta_rule, chunked=True, supports=pallas_triton.supports),
+    "pallas_mosaic_tpu": Implementation(pallas_mosaic_tpu.ccq_gated_delta_rule, chunked=True,
+                                        supports=pallas_mosaic_tpu.supports),
 }
 
 

@@ -2,7 +2,7 @@
 
 from ccq_jax.ops import registry, validate
 from ccq_jax.ops.registry import Implementation
-from ccq_jax.ops.src.gated_delta_rule import pallas_mosaic_gpu, pallas_triton, reference
+from ccq_jax.ops.src.gated_delta_rule import pallas_mosaic_gpu, pallas_mosaic_tpu, pallas_triton, reference
 
 IMPLEMENTATIONS = {
     "recurrent": Implementation(reference.recurrent),
@@ -11,6 +11,8 @@ IMPLEMENTATIONS = {
     "pallas_mosaic_gpu": Implementation(pallas_mosaic_gpu.gated_delta_rule, chunked=True,
                                         supports=pallas_mosaic_gpu.supports),
     "pallas_triton": Implementation(pallas_triton.gated_delta_rule, chunked=True, supports=pallas_triton.supports),
+    "pallas_mosaic_tpu": Implementation(pallas_mosaic_tpu.gated_delta_rule, chunked=True,
+                                        supports=pallas_mosaic_tpu.supports),
 }
 
 

@@ -6,6 +6,8 @@ per-head g and beta `[B, T, H]`, an fp32 initial state and `docs`, the monotone 
 and returns (o in v's dtype, the final state).
 """
 
+from typing import NamedTuple
+
 import jax
 import jax.numpy as jnp
 
@@ -29,10 +31,21 @@ def recurrent(q, k, v, g, beta, *, scale, initial_state, docs):
     return jnp.moveaxis(o, 0, 1).astype(v.dtype), final
 
 
-def chunk(q, k, v, g, beta, *, scale, initial_state, docs, chunk_size=64):
-    """Chunked gated delta rule (WY/UT form): T = (I + A)^-1 per chunk, one `lax.scan` of the state across
-    chunks (docs/design.md, "Gated delta rule")."""
-    length = q.shape[1]
+class ChunkFactors(NamedTuple):
+    """What the chunkwise form computes inside each chunk, before the state pass ([B, H, N, ...], fp32):
+    the state update S' = decay S + k_to_end^T (u_v - w S) and the output o = scale (q_from_start S + scores u)
+    with u = u_v - w S, every document mask folded in (docs/design.md, "Gated delta rule")."""
+
+    u_v: jax.Array  # [B, H, N, C, V]
+    w: jax.Array  # [B, H, N, C, K]
+    k_to_end: jax.Array  # [B, H, N, C, K]
+    decay: jax.Array  # [B, H, N]
+    q_from_start: jax.Array  # [B, H, N, C, K]
+    scores: jax.Array  # [B, H, N, C, C]
+
+
+def chunk_factors(q, k, v, g, beta, docs, chunk_size):
+    """`ChunkFactors` of the WY/UT form: T = (I + A)^-1 per chunk, u_v = T beta v, w = T beta exp(G) k."""
     dtype = jnp.result_type(q, k, v)
     f = accum_dtype(q, k, v, g, beta)
     m = doc_masks(docs, chunk_size)
@@ -48,12 +61,21 @@ def chunk(q, k, v, g, beta, *, scale, initial_state, docs, chunk_size=64):
     solve = lambda rhs: jax.lax.linalg.triangular_solve(lower, rhs, left_side=True, lower=True, unit_diagonal=True)
     u_v = solve(bc[..., None] * vc.astype(f))  # [B, H, N, C, V]
     w = solve(kc.astype(f) * (bc * jnp.exp(gcum) * m.reads_state)[..., None])  # [B, H, N, C, K]
-
-    g_last = gcum[..., -1]
     k_to_end = kc.astype(f) * (jnp.exp(suffix_sum(gc, axis=-1)) * m.writes_state)[..., None]
+    decay = jnp.exp(gcum[..., -1]) * m.keep_state
+    q_from_start = qc * (jnp.exp(gcum) * m.reads_state)[..., None]
+    scores = mm("...ik,...jk->...ij", qc, kc, dtype) * decay_ij
+    return ChunkFactors(u_v, w, k_to_end, decay, q_from_start, scores)
+
+
+def chunk(q, k, v, g, beta, *, scale, initial_state, docs, chunk_size=64):
+    """Chunked gated delta rule (WY/UT form): `chunk_factors`, then one `lax.scan` of the state across chunks."""
+    length = q.shape[1]
+    dtype = jnp.result_type(q, k, v)
+    f = accum_dtype(q, k, v, g, beta)
+    u_v, w, k_to_end, decay, q_from_start, scores = chunk_factors(q, k, v, g, beta, docs, chunk_size)
     delta = mm("...ck,...cv->...kv", k_to_end, u_v, f)
     transition = mm("...ck,...cl->...kl", k_to_end, w, f)  # [B, H, N, K, K]
-    decay = jnp.exp(g_last) * m.keep_state
 
     def step(state, x):
         d, t, dl = x
@@ -66,9 +88,7 @@ def chunk(q, k, v, g, beta, *, scale, initial_state, docs, chunk_size=64):
     entering = jnp.moveaxis(entering, 0, 2)  # [B, H, N, K, V]
 
     u = u_v - mm("...ck,...kv->...cv", w, entering, f)
-    q_from_start = qc * (jnp.exp(gcum) * m.reads_state)[..., None]
     o_inter = mm("...ck,...kv->...cv", q_from_start, entering, dtype)
-    scores = mm("...ik,...jk->...ij", qc, kc, dtype) * decay_ij
     o = scale * (o_inter + mm("...ij,...jv->...iv", scores, u, dtype))
     return from_chunks(o, length).astype(v.dtype), final
 

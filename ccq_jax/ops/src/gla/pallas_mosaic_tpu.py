@@ -23,6 +23,7 @@ from ccq_jax.ops.numerics import vary_like
 from ccq_jax.ops.pallas_layout import chunk_cumsum, check_chunk, layout, pad, pad_state
 from ccq_jax.ops.registry import Call
 from pallas_kernels import gla_tpu
+from pallas_kernels.tpu import LANES
 from pallas_kernels.tiles import DEFAULT_CONFIG
 
 f32 = jnp.float32
@@ -54,8 +55,9 @@ def masks(docs, chunk) -> Masks:
                  lay.dd.reshape(b, tp // chunk, 1, chunk), lay.dd)
 
 
-def _lanes(d):
-    return -(-d // gla_tpu.LANES) * gla_tpu.LANES
+def lanes(d):
+    """d rounded up to a multiple of the TPU's 128 lanes."""
+    return -(-d // LANES) * LANES
 
 
 def _gates(g, chunk):
@@ -117,7 +119,7 @@ def gla(q, k, v, g, *, scale, initial_state, docs, interpret, config, chunk_size
                          f"padded K and V), got {config!r}")
     t, dk, dv = q.shape[1], q.shape[-1], v.shape[-1]
     chunk = check_chunk(chunk_size, interpret)
-    tp, kp, vp = t + (-t % chunk), _lanes(dk), _lanes(dv)
+    tp, kp, vp = t + (-t % chunk), lanes(dk), lanes(dv)
     dtype = jnp.result_type(q, k, v)
     heads_first = lambda x, width: jnp.moveaxis(pad(x, tp, width), 2, 1)
     qh, kh, vh = (heads_first(x.astype(dtype), w) for x, w in ((q, kp), (k, kp), (v, vp)))
