@@ -24,7 +24,7 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-from pallas_kernels.tpu import dot, interpret_params, sequential_params
+from pallas_kernels.tpu import cost_estimate, dot, interpret_params, sequential_params
 
 f32 = jnp.float32
 
@@ -73,6 +73,16 @@ def _backward_kernel(w_ref, uv_ref, ke_ref, qs_ref, p_ref, d_ref, states_ref, do
         dh0_ref[...] = dstate[...]
 
 
+def forward_flops(chunk, kp, vp):
+    """One forward grid step: w S, q S, k_to_end^T u and scores u."""
+    return 6 * chunk * kp * vp + 2 * chunk * chunk * vp
+
+
+def backward_flops(chunk, kp, vp):
+    """One backward grid step: six state-sized products and two chunk-by-chunk ones."""
+    return 12 * chunk * kp * vp + 4 * chunk * chunk * vp
+
+
 def _specs(chunk, kp, vp, n, reverse):
     at = (lambda i: n - 1 - i) if reverse else (lambda i: i)
     per_chunk = lambda *block: pl.BlockSpec((None, None, None, *block), lambda b, h, i: (b, h, at(i), 0, 0))
@@ -99,6 +109,8 @@ def forward(w, u_v, k_to_end, q_from_start, scores, decay, h0, *, scale, dtype, 
         in_specs=[s["keys"], s["values"], s["keys"], s["keys"], s["scores"], s["decay"], s["state"]],
         out_specs=out_specs, out_shape=out_shape, scratch_shapes=[pltpu.VMEM((kp, vp), f32)],
         compiler_params=sequential_params(), interpret=interpret_params(interpret), name="delta_tpu_forward",
+        cost_estimate=cost_estimate((w, u_v, k_to_end, q_from_start, scores, decay, h0), out_shape, b * h * n,
+                                    forward_flops(chunk, kp, vp)),
     )(w, u_v, k_to_end, q_from_start, scores, decay, h0)
 
 
@@ -109,14 +121,16 @@ def backward(w, u_v, k_to_end, q_from_start, scores, decay, states, do, dfinal, 
     vp = u_v.shape[-1]
     s = _specs(chunk, kp, vp, n, reverse=True)
     like = lambda x: jax.ShapeDtypeStruct(x.shape, f32)
+    args = (w, u_v, k_to_end, q_from_start, scores, decay, states, do, dfinal)
+    out_shape = [like(w), like(u_v), like(k_to_end), like(q_from_start), like(scores), like(decay),
+                 jax.ShapeDtypeStruct((b, h, kp, vp), f32)]
     return pl.pallas_call(
         functools.partial(_backward_kernel, scale=scale, dtype=dtype),
         grid=(b, h, n),
         in_specs=[s["keys"], s["values"], s["keys"], s["keys"], s["scores"], s["decay"], s["chunk_state"],
                   s["values"], s["state"]],
         out_specs=[s["keys"], s["values"], s["keys"], s["keys"], s["scores"], s["decay"], s["state"]],
-        out_shape=[like(w), like(u_v), like(k_to_end), like(q_from_start), like(scores), like(decay),
-                   jax.ShapeDtypeStruct((b, h, kp, vp), f32)],
-        scratch_shapes=[pltpu.VMEM((kp, vp), f32)],
+        out_shape=out_shape, scratch_shapes=[pltpu.VMEM((kp, vp), f32)],
         compiler_params=sequential_params(), interpret=interpret_params(interpret), name="delta_tpu_backward",
-    )(w, u_v, k_to_end, q_from_start, scores, decay, states, do, dfinal)
+        cost_estimate=cost_estimate(args, out_shape, b * h * n, backward_flops(chunk, kp, vp)),
+    )(*args)

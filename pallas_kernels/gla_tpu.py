@@ -31,7 +31,7 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-from pallas_kernels.tpu import dot, interpret_params, sequential_params
+from pallas_kernels.tpu import cost_estimate, dot, interpret_params, sequential_params
 
 f32 = jnp.float32
 SUB = 16  # rows per sub-block: bf16 packs 16 rows per VMEM tile
@@ -172,6 +172,26 @@ def _backward_kernel(q_ref, k_ref, v_ref, G_ref, last_ref, states_ref, do_ref, d
         dh0_ref[...] = dstate[...]
 
 
+def _gated_cost(chunk, kp):
+    """(flops, exps) of one `gated_scores` or `gated_apply`: the off-diagonal products over the whole chunk, the
+    diagonal sub-blocks' pairs one key row at a time (4 flops and one exp per element)."""
+    blocks = chunk // SUB
+    return 2 * chunk * chunk * kp + 4 * SUB * chunk * kp, blocks * (chunk + SUB) * kp + SUB * chunk * kp
+
+
+def forward_cost(chunk, kp, vp):
+    """(flops, exps) of one forward grid step."""
+    flops, exps = _gated_cost(chunk, kp)
+    return flops + 4 * chunk * kp * vp + 2 * chunk * chunk * vp, exps + 2 * chunk * kp
+
+
+def backward_cost(chunk, kp, vp):
+    """(flops, exps) of one backward grid step: the scores and two gated products, five state products and three
+    chunk-by-chunk ones."""
+    flops, exps = _gated_cost(chunk, kp)
+    return 3 * flops + 8 * chunk * kp * vp + 6 * chunk * chunk * vp, 3 * exps + 2 * chunk * kp
+
+
 def _specs(chunk, kp, vp, n, reverse):
     """BlockSpecs of the per-chunk operands, chunk n walked forwards or in reverse."""
     at = (lambda i: n - 1 - i) if reverse else (lambda i: i)
@@ -207,6 +227,8 @@ def forward(q, k, v, G, last, h0, reads, writes, keep, ddc, ddr, *, scale, chunk
         out_specs=out_specs, out_shape=out_shape,
         scratch_shapes=[pltpu.VMEM((kp, vp), f32)],
         compiler_params=sequential_params(), interpret=interpret_params(interpret), name="gla_tpu_forward",
+        cost_estimate=cost_estimate((q, k, v, G, last, h0, reads, writes, keep, ddc, ddr), out_shape, b * h * n,
+                                    *forward_cost(chunk, kp, vp)),
     )(q, k, v, G, last, h0, reads, writes, keep, ddc, ddr)
 
 
@@ -217,14 +239,16 @@ def backward(q, k, v, G, last, states, do, dfinal, reads, writes, keep, ddc, ddr
     b, h, tp, kp = q.shape
     vp, n = v.shape[-1], tp // chunk
     s = _specs(chunk, kp, vp, n, reverse=True)
+    args = (q, k, v, G, last, states, do, dfinal, reads, writes, keep, ddc, ddr)
+    out_shape = [jax.ShapeDtypeStruct(q.shape, f32), jax.ShapeDtypeStruct(k.shape, f32),
+                 jax.ShapeDtypeStruct(v.shape, v.dtype), jax.ShapeDtypeStruct((b, h, kp, vp), f32)]
     return pl.pallas_call(
         functools.partial(_backward_kernel, scale=scale),
         grid=(b, h, n),
         in_specs=[s["tokens"](kp), s["tokens"](kp), s["tokens"](vp), s["tokens"](kp), s["last"], s["chunk_state"],
                   s["tokens"](vp), s["state"], s["column"], s["column"], s["keep"], s["column"], s["row"]],
         out_specs=[s["tokens"](kp), s["tokens"](kp), s["tokens"](vp), s["state"]],
-        out_shape=[jax.ShapeDtypeStruct(q.shape, f32), jax.ShapeDtypeStruct(k.shape, f32),
-                   jax.ShapeDtypeStruct(v.shape, v.dtype), jax.ShapeDtypeStruct((b, h, kp, vp), f32)],
-        scratch_shapes=[pltpu.VMEM((kp, vp), f32)],
+        out_shape=out_shape, scratch_shapes=[pltpu.VMEM((kp, vp), f32)],
         compiler_params=sequential_params(), interpret=interpret_params(interpret), name="gla_tpu_backward",
-    )(q, k, v, G, last, states, do, dfinal, reads, writes, keep, ddc, ddr)
+        cost_estimate=cost_estimate(args, out_shape, b * h * n, *backward_cost(chunk, kp, vp)),
+    )(*args)

@@ -1,7 +1,9 @@
-"""What every Mosaic TPU kernel shares: the products' precision, the grid's semantics, interpret mode's checks."""
+"""What every Mosaic TPU kernel shares: the products' precision, the grid's semantics, interpret mode's checks, and
+the cost estimate XLA schedules by."""
 
 import jax
 import jax.numpy as jnp
+from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
 LANES = 128  # the last axis of a TPU block: widths pad to a multiple of this
@@ -26,3 +28,11 @@ def interpret_params(interpret):
     if not interpret:
         return False
     return pltpu.InterpretParams(detect_races=True, uninitialized_memory="nan", num_cores_or_threads=2, random_seed=0)
+
+
+def cost_estimate(arrays, out_shape, steps, flops, transcendentals=0):
+    """XLA's view of a kernel on a grid of `steps` points (`flops`, `transcendentals` per point): every array read
+    or written once, as each block of these grids is visited once."""
+    nbytes = sum(x.size * jnp.dtype(x.dtype).itemsize for x in [*arrays, *jax.tree.leaves(out_shape)])
+    return pl.CostEstimate(flops=int(steps * flops), transcendentals=int(steps * transcendentals),
+                           bytes_accessed=int(nbytes))
