@@ -75,3 +75,6 @@ def test_a_triton_tiling_is_refused():
     x = inputs(30, t=20)
     with pytest.raises(ValueError, match=r"config: the Mosaic TPU kernels take no KernelConfig"):
         ops.gla(x["q"], x["k"], x["v"], x["g"], impl="pallas_mosaic_tpu", config=KernelConfig(width=32))
+    with pytest.raises(ValueError, match=r"config: the Mosaic TPU kernels take no KernelConfig"):
+        ops.gated_delta_rule(x["q"], x["k"], x["v"], x["g_head"], x["beta"], impl="pallas_mosaic_tpu",
+                             config=KernelConfig(width=32))

@@ -17,9 +17,8 @@ from ccq_jax.ops.chunking import from_chunks
 from ccq_jax.ops.numerics import vary_like
 from ccq_jax.ops.pallas_layout import check_chunk, pad_state
 from ccq_jax.ops.src.gated_delta_rule.reference import chunk_factors
-from ccq_jax.ops.src.gla.pallas_mosaic_tpu import lanes, supports
+from ccq_jax.ops.src.gla.pallas_mosaic_tpu import lanes, refuse_tiling, supports
 from pallas_kernels import delta_tpu
-from pallas_kernels.tiles import DEFAULT_CONFIG
 
 __all__ = ["gated_delta_rule", "supports"]
 f32 = jnp.float32
@@ -49,9 +48,7 @@ state_pass.defvjp(_vjp_forward, _vjp_backward)
 
 def gated_delta_rule(q, k, v, g, beta, *, scale, initial_state, docs, interpret, config, chunk_size=64):
     """Chunked gated delta rule with its state pass on Mosaic TPU; see `ccq_jax.ops.gated_delta_rule`."""
-    if config != DEFAULT_CONFIG:
-        raise ValueError(f"config: the Mosaic TPU kernels take no KernelConfig (their blocks are the chunk and the "
-                         f"padded K and V), got {config!r}")
+    refuse_tiling(config)
     chunk = check_chunk(chunk_size, interpret)
     length, dk, dv = q.shape[1], q.shape[-1], v.shape[-1]
     kp, vp = lanes(dk), lanes(dv)

@@ -21,6 +21,7 @@ import jax.numpy as jnp
 
 from ccq_jax.ops.numerics import vary_like
 from ccq_jax.ops.pallas_layout import chunk_cumsum, check_chunk, layout, pad, pad_state
+from ccq_jax.ops.recurrences import diagonal_scan
 from ccq_jax.ops.registry import Call
 from pallas_kernels import gla_tpu
 from pallas_kernels.tpu import LANES
@@ -67,16 +68,21 @@ def _gates(g, chunk):
 
 
 def _segmented_suffix_sums(x, docs):
-    """sum_{s >= t, docs[s] == docs[t]} x_s along axis 2 of x [B, H, Tp, K], docs [B, Tp]."""
-    ends = jnp.concatenate([docs[:, 1:] != docs[:, :-1], jnp.ones_like(docs[:, :1], bool)], axis=1)
-    flags = jnp.broadcast_to(ends[:, None, :, None], x.shape)
+    """sum_{s >= t, docs[s] == docs[t]} x_s along axis 2 of x [B, H, Tp, K], docs [B, Tp]: the linear recurrence
+    h_t = [t is not its document's last token] h_{t+1} + x_t, run backwards (`recurrences.diagonal_scan`)."""
+    continues = jnp.concatenate([docs[:, 1:] == docs[:, :-1], jnp.zeros_like(docs[:, :1], bool)], axis=1)
+    flip = lambda a: jnp.flip(a, 1)
+    time_second = jnp.moveaxis(x, 2, 1)  # [B, Tp, H, K]
+    sums = flip(diagonal_scan(flip(continues.astype(x.dtype)), flip(time_second)))
+    return jnp.moveaxis(sums, 1, 2)
 
-    def combine(later, earlier):  # reverse scan: `later` holds the suffix already summed
-        (lv, lf), (ev, ef) = later, earlier
-        return ev + jnp.where(ef, 0.0, lv), lf | ef
 
-    sums, _ = jax.lax.associative_scan(combine, (jnp.flip(x, 2), jnp.flip(flags, 2)), axis=2)
-    return jnp.flip(sums, 2)
+def refuse_tiling(config):
+    """The TPU kernels take their blocks from the chunk and the padded K and V: a `KernelConfig` other than the
+    default (the Triton tiling) is a ValueError."""
+    if config != DEFAULT_CONFIG:
+        raise ValueError(f"config: the Mosaic TPU kernels take no KernelConfig (their blocks are the chunk and the "
+                         f"padded K and V), got {config!r}")
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(6, 7, 8))
@@ -112,11 +118,8 @@ linear_attention.defvjp(_vjp_forward, _vjp_backward)
 
 
 def gla(q, k, v, g, *, scale, initial_state, docs, interpret, config, chunk_size=64):
-    """Chunked GLA on the Mosaic TPU kernels; see `ccq_jax.ops.gla`. The kernels take their blocks from the chunk
-    and the padded widths: a `KernelConfig` other than the default (the Triton tiling) is refused."""
-    if config != DEFAULT_CONFIG:
-        raise ValueError(f"config: the Mosaic TPU kernels take no KernelConfig (their blocks are the chunk and the "
-                         f"padded K and V), got {config!r}")
+    """Chunked GLA on the Mosaic TPU kernels; see `ccq_jax.ops.gla` (`refuse_tiling` for `config`)."""
+    refuse_tiling(config)
     t, dk, dv = q.shape[1], q.shape[-1], v.shape[-1]
     chunk = check_chunk(chunk_size, interpret)
     tp, kp, vp = t + (-t % chunk), lanes(dk), lanes(dv)
