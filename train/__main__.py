@@ -11,7 +11,7 @@ import pathlib
 import sys
 
 from ccq_jax.configlib import parse_overrides
-from train.config import load_config
+from train.config import load_config, select_runs
 from train.metrics import plot_curves, read_metrics
 
 COLUMNS = (("name", "{}", 20), ("params", "{:,}", 10), ("steps", "{}", 6), ("final_loss", "{:.3f}", 10),
@@ -70,18 +70,6 @@ def by_model(summaries) -> str | None:
                      f"{' '.join(f'{x:.1%}' for x in recalls):>22s}  {sum(recalls) / len(recalls):6.1%}  "
                      f"{spread[model]:5.1f}  {delta}".rstrip())
     return "\n".join(lines)
-
-
-def select_runs(runs, only: str | None):
-    """The runs named in the comma-separated `only` (all of them when None), in the config's order."""
-    if only is None:
-        return runs
-    names = [r.name for r in runs]
-    wanted = only.split(",")
-    unknown = [n for n in wanted if n not in names]
-    if unknown:
-        raise ValueError(f"--only: expected names of this config's runs {names}, got {unknown}")
-    return [r for r in runs if r.name in wanted]
 
 
 def main(argv=None):

@@ -88,3 +88,15 @@ def load_config(name_or_path: str, overrides: dict[str, Any] | None = None) -> l
         raise ValueError(f"--config: expected a YAML file or one of {sorted(RUNS)}"
                          f"{configlib.suggestion(name_or_path, RUNS)}, got {name_or_path!r}")
     return [apply_overrides(run, overrides or {}) for run in runs]
+
+
+def select_runs(runs, only: str | None):
+    """The runs named in the comma-separated `only` (all of them when None), in the config's order."""
+    if only is None:
+        return runs
+    names = [r.name for r in runs]
+    wanted = only.split(",")
+    unknown = [n for n in wanted if n not in names]
+    if unknown:
+        raise ValueError(f"--only: expected names of this config's runs {names}, got {unknown}")
+    return [r for r in runs if r.name in wanted]

@@ -6,6 +6,11 @@ over seeds and the learning guard (tests/train/test_learning.py) on a seed of it
 `demo`: that recipe on DEMO_SEEDS, so the closing table shows each model's spread over seeds
 and CCQ's difference to its own backbone beside it; about five minutes on a 2-core CPU.
 `smoke`: one tiny GLA for a few steps (checks an install in seconds).
+`pretrain-1.3b`: the four 1.3B linear-attention presets (GLA, CCQ-GLA, Gated DeltaNet, CCQ-Gated
+DeltaNet) on `ccq-prepare-data` shards in data/shards: 4096-token rows, 0.5M tokens a step (128
+rows in 4 microbatches), bf16 compute on fp32 parameters, the Pallas kernels, each block
+recomputed in the backward pass, FSDP over every device, 20,000 steps (10.5B tokens). `ccq-compile --config pretrain-1.3b --topology v5p:2x2x1`
+checks it for a pod slice on a CPU (docs/tpu.md has per-chip memory on v5p-8 and v6e-8).
 
 The recipe (docs/learning.md has the 10-seed table and what made the previous one fragile):
 4 key-value pairs in 16 tokens, 32 sequences a step, 1000 steps of AdamW at 3e-3, and an
@@ -18,6 +23,7 @@ import dataclasses
 from train.config import TrainConfig
 from train.data.config import DataConfig, MQARConfig
 from train.optim import OptimConfig
+from train.sharding import MeshConfig
 
 DEMO_MODELS = ("gla-tiny", "ccq-gla-tiny", "gdn-tiny", "ccq-gdn-tiny")
 DEMO_SEEDS = (0, 1)
@@ -37,6 +43,18 @@ def _mqar_run(model: str, steps: int) -> TrainConfig:
     )
 
 
+def _pretrain_run(model: str) -> TrainConfig:
+    return TrainConfig(
+        name=model, model=model,
+        model_overrides={"dtype": "bfloat16", "param_dtype": "float32", "attn_impl": "pallas", "scan_layers": True,
+                         "remat_policy": "block"},
+        data=DataConfig(source="array_record", paths=("data/shards",), seq_len=4096, batch_size=128),
+        optim=OptimConfig(lr=3e-4, warmup_steps=1000, weight_decay=0.1, min_lr_ratio=0.1),
+        mesh=MeshConfig(data=1, fsdp=-1), grad_accum=4, steps=20_000, log_every=50, steps_per_call=1,
+        eval_batches=0, checkpoint_every=1000,
+    )
+
+
 def _seeded(run: TrainConfig, seed: int) -> TrainConfig:
     """The run with model initialisation and data order from `seed`, named after it."""
     return dataclasses.replace(run, name=f"{run.name}-seed{seed}", seed=seed,
@@ -47,4 +65,5 @@ RUNS = {
     "mqar-tiny": lambda: [_mqar_run(m, steps=1000) for m in DEMO_MODELS],
     "demo": lambda: [_seeded(_mqar_run(m, steps=1000), s) for m in DEMO_MODELS for s in DEMO_SEEDS],
     "smoke": lambda: [_mqar_run("gla-tiny", steps=20)],
+    "pretrain-1.3b": lambda: [_pretrain_run(f"{m}-1.3b") for m in ("gla", "ccq-gla", "gdn", "ccq-gdn")],
 }

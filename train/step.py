@@ -35,26 +35,37 @@ def split_model(model):
     return nnx.split(model, nnx.Param, ...)
 
 
+def abstract_state(model_cfg, optimizer, mesh):
+    """(graphdef, others, state) with `jax.ShapeDtypeStruct`s carrying each variable's sharding in place of arrays:
+    what `init_state` builds, without building it (ahead-of-time compilation, `train.aot`). Optimizer moments are
+    sharded like their parameters; counters and the step are replicated."""
+    graphdef, params, others = split_model(abstract_model(model_cfg))
+    shaped = lambda tree, shardings: jax.tree.map(lambda x, sh: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sh),
+                                                  tree, shardings)
+    params = shaped(params, state_shardings(params, mesh))
+    opt_state = jax.eval_shape(optimizer.init, params)
+    opt_shardings = optax.tree_map_params(optimizer, lambda _, x: x.sharding, opt_state, params,
+                                          transform_non_params=lambda _: replicated(mesh))
+    step = jax.ShapeDtypeStruct((), jnp.int32, sharding=replicated(mesh))
+    return (graphdef, shaped(others, state_shardings(others, mesh)),
+            TrainState(params, shaped(opt_state, opt_shardings), step))
+
+
 def init_state(model_cfg, optimizer, mesh, seed: int):
     """Build parameters directly in their shards (never whole on one device) and the optimizer state.
 
-    Returns (graphdef, others, state).
+    Returns (graphdef, others, state), laid out as `abstract_state` says.
     """
-    abstract = abstract_model(model_cfg)
-    graphdef, abstract_params, abstract_others = split_model(abstract)
-    shardings = (state_shardings(abstract_params, mesh), state_shardings(abstract_others, mesh))
+    graphdef, abstract_others, abstract = abstract_state(model_cfg, optimizer, mesh)
+    shardings = _shardings(abstract)
 
     def build():
         _, params, others = split_model(CausalLM(model_cfg, rngs=nnx.Rngs(seed)))
         return params, others
 
-    params, others = jax.jit(build, out_shardings=shardings)()
-    # optimizer moments are sharded like their parameters; counters are replicated
-    opt_shardings = optax.tree_map_params(optimizer, lambda _, sharding: sharding,
-                                          jax.eval_shape(optimizer.init, params), shardings[0],
-                                          transform_non_params=lambda _: replicated(mesh))
-    opt_state = jax.jit(optimizer.init, out_shardings=opt_shardings)(params)
-    step = jax.device_put(jnp.zeros((), jnp.int32), replicated(mesh))
+    params, others = jax.jit(build, out_shardings=(shardings.params, _shardings(abstract_others)))()
+    opt_state = jax.jit(optimizer.init, out_shardings=shardings.opt_state)(params)
+    step = jax.device_put(jnp.zeros((), jnp.int32), shardings.step)
     return graphdef, others, TrainState(params, opt_state, step)
 
 

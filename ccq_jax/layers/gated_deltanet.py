@@ -73,8 +73,8 @@ class GatedDeltaNet(RecurrentMixer):
                  num_v_heads: int | None = None, use_gate: bool = True, use_short_conv: bool = True,
                  conv_size: int = 4, allow_neg_eigval: bool = False, norm_eps: float = 1e-5,
                  ccq: CCQConfig | None = None, attn_impl: str = "chunk", decode_impl: str = "recurrent",
-                 chunk_size: int | None = None, initializer_range: float = 0.02, dtype=None,
-                 param_dtype=jnp.float32, recompute: bool = True, rngs: nnx.Rngs):
+                 chunk_size: int | None = None, interpret: bool | None = None, initializer_range: float = 0.02,
+                 dtype=None, param_dtype=jnp.float32, recompute: bool = True, rngs: nnx.Rngs):
         d = gdn_dims(num_heads, head_dim, expand_v, num_v_heads)
         if not use_short_conv:
             warnings.warn("GatedDeltaNet: use_short_conv=False; fla calls the short convolutions crucial to "
@@ -98,7 +98,7 @@ class GatedDeltaNet(RecurrentMixer):
         conv = (d.key_dim, d.key_dim, d.value_dim) if use_short_conv else None
         self._setup(state_heads=d.num_v_heads, head_k_dim=head_dim, head_v_dim=d.head_v_dim, conv_channels=conv,
                     conv_size=conv_size, ccq=ccq, attn_impl=attn_impl, decode_impl=decode_impl,
-                    chunk_size=chunk_size, recompute=recompute, **kw)
+                    chunk_size=chunk_size, interpret=interpret, recompute=recompute, **kw)
 
     def _qk_heads(self, x):
         """[B, T, H*K] -> l2-normalised [B, T, HV, K] (each query/key head repeated for its value heads)."""

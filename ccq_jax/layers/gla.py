@@ -60,6 +60,7 @@ class GatedLinearAttention(RecurrentMixer):
                  use_output_gate: bool = True, norm_eps: float = 1e-5, gate_low_rank_dim: int = 16,
                  gate_logit_normalizer: float = 16, clamp_min: float | None = None, ccq: CCQConfig | None = None,
                  attn_impl: str = "chunk", decode_impl: str = "recurrent", chunk_size: int | None = None,
+                 interpret: bool | None = None,
                  initializer_range: float = 0.02, dtype=None, param_dtype=jnp.float32, recompute: bool = True,
                  rngs: nnx.Rngs):
         d = gla_dims(hidden_size, num_heads, num_kv_heads, expand_k, expand_v)
@@ -86,7 +87,7 @@ class GatedLinearAttention(RecurrentMixer):
         conv = (d.key_dim, d.key_dim // groups, d.value_dim // groups) if use_short_conv else None
         self._setup(state_heads=num_heads, head_k_dim=d.head_k_dim, head_v_dim=d.head_v_dim, conv_channels=conv,
                     conv_size=conv_size, ccq=ccq, attn_impl=attn_impl, decode_impl=decode_impl,
-                    chunk_size=chunk_size, recompute=recompute, **kw)
+                    chunk_size=chunk_size, interpret=interpret, recompute=recompute, **kw)
 
     def _expand(self, x, head_dim):
         """[B, T, Hkv*D] -> [B, T, H, D], each kv head serving num_heads / num_kv_heads query heads."""

@@ -26,12 +26,13 @@ class RecurrentMixer(nnx.Module):
     """Base of the linear-attention layers; subclasses call `_setup`, then `_project`, `_read` and `_output`."""
 
     def _setup(self, *, state_heads, head_k_dim, head_v_dim, conv_channels, conv_size, ccq, attn_impl,
-               decode_impl, chunk_size, std, rngs, dtype, param_dtype, recompute):
+               decode_impl, chunk_size, interpret, std, rngs, dtype, param_dtype, recompute):
         """conv_channels: (q, k, v) widths for the short convs, or None for no convs; recompute: see
         `ccq_jax.layers.remat`."""
         self.recompute = recompute
         self.state_heads, self.head_k_dim, self.head_v_dim = state_heads, head_k_dim, head_v_dim
         self.attn_impl, self.decode_impl, self.chunk_size = attn_impl, decode_impl, chunk_size
+        self.interpret = interpret
         self.dtype, self.param_dtype = dtype, param_dtype
         self.ccq_config = ccq
         self.use_short_conv = conv_channels is not None
@@ -90,6 +91,8 @@ class RecurrentMixer(nnx.Module):
                   initial_state=None if cache is None else cache.state)
         if impl == self.attn_impl and self.chunk_size is not None:
             kw["chunk_size"] = self.chunk_size
+        if impl == self.attn_impl and self.interpret is not None:
+            kw["interpret"] = self.interpret
         if not self._ccq_on:
             o, state = reads[0](q, k, *args, **kw)
             return o, state, None

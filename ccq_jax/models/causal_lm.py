@@ -24,6 +24,7 @@ def _mixer(cfg: ModelConfig, rngs: nnx.Rngs) -> nnx.Module:
         return Attention(cfg.hidden_size, num_heads=cfg.num_heads, num_kv_heads=cfg.num_kv_heads,
                          rope_theta=cfg.rope_theta, attn_impl=cfg.attn_impl, **common)
     common.update(ccq=cfg.ccq, attn_impl=cfg.attn_impl, decode_impl=cfg.decode_impl, chunk_size=cfg.chunk_size,
+                  interpret=cfg.interpret,
                   use_short_conv=cfg.use_short_conv, conv_size=cfg.conv_size, norm_eps=cfg.norm_eps,
                   recompute=cfg.recompute_elementwise)
     if isinstance(cfg, GLAConfig):

@@ -21,7 +21,7 @@ from ccq_jax.layers.ccq import CCQConfig
 from ccq_jax.layers.gated_deltanet import gdn_dims
 from ccq_jax.layers.gla import gla_dims
 from ccq_jax.layers.mlp import mlp_width
-from ccq_jax.ops import IMPLS
+from ccq_jax.ops import IMPLS, REFERENCES
 
 DType = Literal["float32", "bfloat16", "float16"]
 
@@ -105,6 +105,9 @@ class LinearAttentionConfig(ModelConfig):
     attn_impl: str = "chunk"
     decode_impl: str = "recurrent"
     chunk_size: int | None = None
+    # the kernels' `interpret` (`ccq_jax.ops`): None interprets them exactly on a CPU; False compiles them also
+    # there, for ahead-of-time compilation to another platform (`ccq-compile` for a TPU topology)
+    interpret: bool | None = None
     use_short_conv: bool = False
     conv_size: int = 4
 
@@ -113,6 +116,9 @@ class LinearAttentionConfig(ModelConfig):
         configlib.check_choice("attn_impl", self.attn_impl, IMPLS)
         configlib.check_choice("decode_impl", self.decode_impl, IMPLS)
         check.integer("chunk_size", self.chunk_size, minimum=1, optional=True)
+        if self.interpret is not None and self.attn_impl in REFERENCES:
+            raise ValueError(f"interpret: attn_impl={self.attn_impl!r} runs no kernels; leave interpret unset "
+                             f"(None) or pick a kernel impl")
         check.integer("conv_size", self.conv_size, minimum=1)
 
 

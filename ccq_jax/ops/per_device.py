@@ -4,10 +4,12 @@ XLA cannot partition a Pallas custom call: given sharded operands it gathers the
 every device. So when a mesh is set (`jax.set_mesh`; the train and eval steps trace under theirs), `local` wraps an op's kernel call in
 `shard_map` over the mesh axes that split the batch (`BATCH_AXES`) and the heads (`HEAD_AXES`): the kernel's grid
 then covers one device's rows and heads, and only the inputs that arrive sharded otherwise are moved. Axes that are
-already manual (inside a user's `shard_map`), of size 1, or that do not divide the dimension are left out. The
-reference forms need none of this: XLA partitions them. Interpreted kernels (a CPU test path) run with
-`check_vma=False`: JAX's Pallas interpreter binds the kernel's dynamic slices without varying-axis casts, so its
-kernels fail shard_map's varying-axes check (compiled kernels pass it).
+already manual (inside a user's `shard_map`), of size 1, or that do not divide the dimension split nothing; the
+shard_map is still manual over every mesh axis (Mosaic TPU kernels refuse to be partitioned over any auto axis),
+so an axis that splits nothing sees the same blocks on each of its devices. The reference forms need none of this: XLA partitions them. The wrapper runs with `check_vma=False`: a `pallas_call`'s
+outputs carry no varying-axes type (compiled, its `out_shape`s would each need a `manual_axis_type`; interpreted,
+its dynamic slices are bound without varying-axis casts), while the in/out specs already say how every block varies:
+each device's own rows and heads, nothing replicated.
 
 The layouts the ops share: positional inputs and the first output are per token, `[B, T, H, ...]`; states and
 statistics are `[B, H, ...]`; the document index is `[B, T]`.
@@ -52,8 +54,8 @@ def local(fn):
         array_specs = {k: state if k in STATE_KEYWORDS else document for k in arrays}
         body = lambda inputs, arrays: fn(*inputs, **arrays, **options)
         sharded = jax.shard_map(body, mesh=mesh, in_specs=((token,) * len(inputs), array_specs),
-                                out_specs=(token, state), axis_names=set(batch + heads),
-                                check_vma=not keywords.get("interpret"))
+                                out_specs=(token, state), axis_names=set(mesh.axis_names) - set(mesh.manual_axes),
+                                check_vma=False)
         return sharded(inputs, arrays)
 
     return run

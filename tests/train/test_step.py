@@ -14,7 +14,8 @@ from train.optim import OptimConfig, make_optimizer
 from train.sharding import MeshConfig, make_mesh
 from train.data import DataConfig
 from train.data.synthetic import SyntheticBatches
-from train.step import compile_steps, compile_train_calls, init_state, make_eval_step, make_train_step
+from train.step import (abstract_state, compile_steps, compile_train_calls, init_state, make_eval_step,
+                        make_train_step)
 
 
 def _raw_step_and_state(param_dtype, grad_accum=1, skip_nonfinite=False, loss_chunk_len=0, dtype="bfloat16"):
@@ -104,3 +105,15 @@ def test_a_call_of_several_steps_takes_the_same_steps(synthetic):
         assert metrics[key][3] == 0  # the step that did not run
     again, _ = calls(after, np.int32(1), *args)  # another length, the same program
     assert int(again.step) == 4 and calls._cache_size() == 1
+
+
+def test_abstract_state_is_what_init_state_builds():
+    """`abstract_state` (ahead-of-time compilation) and `init_state` agree leaf by leaf: shape, dtype, sharding."""
+    cfg = get_config("ccq-gla-tiny", num_hidden_layers=2, hidden_size=32, vocab_size=64, param_dtype="float32")
+    mesh = make_mesh(MeshConfig(data=1, fsdp=-1))
+    optimizer = make_optimizer(OptimConfig(lr=1e-3, warmup_steps=0), 4)
+    _, others, state = init_state(cfg, optimizer, mesh, seed=0)
+    _, abstract_others, abstract = abstract_state(cfg, optimizer, mesh)
+    describe = lambda tree: [(x.shape, x.dtype, x.sharding) for x in jax.tree.leaves(tree)]
+    assert describe((others, state)) == describe((abstract_others, abstract))
+    assert jax.tree.structure((others, state)) == jax.tree.structure((abstract_others, abstract))

@@ -1,0 +1,26 @@
+"""`ccq-compile` for a TPU topology (libtpu's compiler on a CPU; `-m tpu_aot`, JAX_PLATFORMS=cpu, the `tpu` extra):
+a small linear-attention run's whole train call, FSDP over a v5e-4's chips, compiles with the Mosaic TPU kernels
+inside the per-device shard_map (three kernel calls per layer for a backbone, six with CCQ; the tiny presets have
+two layers, unrolled), and its per-chip memory fits."""
+
+import pytest
+
+from ccq_jax.models import get_config
+from train.aot import TPU_HBM_GIB, compile_run, topology_devices
+from train.config import load_config
+
+pytestmark = pytest.mark.tpu_aot
+KERNEL_CALLS = {"gla-tiny": 3, "ccq-gdn-tiny": 6}  # per layer: forward, states, backward; CCQ adds the read's
+
+
+@pytest.mark.parametrize("model", sorted(KERNEL_CALLS))
+def test_a_sharded_train_call_compiles_for_a_tpu_topology(model):
+    pytest.importorskip("libtpu")
+    devices = topology_devices("v5e:2x2")
+    (run,) = load_config("smoke", {"model": model, "model.attn_impl": "pallas", "mesh.data": 1,
+                                   "mesh.fsdp": -1, "data.batch_size": 8, "steps_per_call": 2})
+    row = compile_run(run, devices, tpu=True)
+    assert row["compiled"], row.get("error")
+    assert row["mesh"] == {"data": 1, "fsdp": 4, "tensor": 1} and row["attn_impl"] == "pallas_mosaic_tpu"
+    assert row["kernel_calls"] == KERNEL_CALLS[model] * get_config(model).num_hidden_layers
+    assert row["hbm_gib"] == TPU_HBM_GIB["TPU v5 lite"] and row["fits"] and 0 < row["total_gib"] < 1
