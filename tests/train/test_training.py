@@ -205,7 +205,8 @@ def test_yaml_config_errors(tmp_path, text, match):
 
 
 def test_config_names_and_vocabulary_errors():
-    with pytest.raises(ValueError, match=r"--config: expected a YAML file or one of \['demo', 'mqar-tiny', 'smoke'\] "
+    with pytest.raises(ValueError, match=r"--config: expected a YAML file or one of "
+                                         r"\['demo', 'mqar-tiny', 'pretrain-1.3b', 'smoke'\] "
                                          r"\(did you mean 'demo'\?\), got 'dmeo'"):
         load_config("dmeo")
     cfg = load_config("smoke", {"model.vocab_size": 32})[0]  # its MQAR task uses 64 ids
