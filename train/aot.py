@@ -42,7 +42,8 @@ def topology_devices(name: str) -> list:
         return list(topologies.get_topology_desc(platform="tpu", topology_name=name).devices)
     except Exception as err:  # libtpu missing or a name it does not know: say which
         raise ValueError(f"--topology: cannot make TPU topology {name!r} ({str(err).splitlines()[0]}); install the "
-                         f"`tpu` extra (libtpu) and name a chip and its shape, e.g. v5e:2x2, v5p:2x2x1, v6e:2x4") from None
+                         f"`tpu` extra (libtpu) and name a chip and its shape, e.g. v5e:2x2, v5p:2x2x1, "
+                         f"v6e:2x4") from None
 
 
 def for_tpu(model_cfg):
@@ -50,23 +51,25 @@ def for_tpu(model_cfg):
     the Mosaic TPU kernels with interpret=False; GPU-only kernels are a ValueError; XLA references stay."""
     from ccq_jax.ops import REFERENCES
 
-    impl = getattr(model_cfg, "attn_impl", None)
-    if impl is None or impl in REFERENCES or model_cfg.family == "transformer":
+    impl = model_cfg.attn_impl
+    if model_cfg.family == "transformer" or impl in REFERENCES:  # softmax attention has XLA's kernels only
         return model_cfg
     if impl not in ("pallas", TPU_KERNELS):
         raise ValueError(f"model.attn_impl: {impl!r} has no TPU kernels; use 'pallas', {TPU_KERNELS!r} or 'chunk'")
     return dataclasses.replace(model_cfg, attn_impl=TPU_KERNELS, interpret=False)
 
 
-def data_vocab_size(data) -> int:
-    """The vocabulary the data needs (a synthetic task's, or the tokenizer's), read without touching the data."""
+def data_source(data):
+    """(the synthetic task's batch maker or None, the vocabulary the data needs), read without touching the data:
+    what `train.data.build_pipeline` would give as `synthetic` and `vocab_size`."""
     from ccq_jax.tokenizers import load_tokenizer
     from train.data.config import SYNTHETIC_SOURCES
     from train.data.synthetic import SyntheticBatches
 
     if data.source in SYNTHETIC_SOURCES:
-        return SyntheticBatches(data).vocab_size
-    return load_tokenizer(data.tokenizer, bos_token=data.bos_token, eos_token=data.eos_token).vocab_size
+        synthetic = SyntheticBatches(data)
+        return synthetic, synthetic.vocab_size
+    return None, load_tokenizer(data.tokenizer, bos_token=data.bos_token, eos_token=data.eos_token).vocab_size
 
 
 def abstract_batches(data, mesh, steps_per_call: int) -> dict:
@@ -107,21 +110,19 @@ def compile_run(cfg, devices, *, tpu: bool) -> dict:
     import jax.numpy as jnp
 
     from ccq_jax.models import count_params
-    from train.data.config import SYNTHETIC_SOURCES
-    from train.data.synthetic import SyntheticBatches
     from train.loop import model_config
     from train.optim import make_optimizer
     from train.sharding import make_mesh, replicated
     from train.step import abstract_state, compile_train_calls, make_train_step
 
     mesh = make_mesh(cfg.mesh, devices)
-    mcfg = model_config(cfg, data_vocab_size(cfg.data))
+    synthetic, vocab_size = data_source(cfg.data)
+    mcfg = model_config(cfg, vocab_size)
     mcfg = for_tpu(mcfg) if tpu else mcfg
     optimizer = make_optimizer(cfg.optim, cfg.steps)
     graphdef, others, state = abstract_state(mcfg, optimizer, mesh)
     step_fn = make_train_step(graphdef, others, optimizer, grad_accum=cfg.grad_accum,
                               skip_nonfinite=cfg.on_nan == "skip", loss_chunk_len=cfg.loss_chunk_len)
-    synthetic = SyntheticBatches(cfg.data) if cfg.data.source in SYNTHETIC_SOURCES else None
     call = compile_train_calls(step_fn, state, mesh, cfg.steps_per_call,
                                synthetic.batch if synthetic is not None else None)
     n = jax.ShapeDtypeStruct((), jnp.int32, sharding=replicated(mesh))
