@@ -48,6 +48,9 @@ class TrainConfig:
         if not 0 <= self.peak_tflops < math.inf:
             raise ValueError(f"peak_tflops: expected a finite value >= 0 (0: the device's known peak), "
                              f"got {self.peak_tflops}")
+        if self.mesh.context > 1 and self.data.seq_len % self.mesh.context:
+            raise ValueError(f"mesh.context: must divide data.seq_len={self.data.seq_len} (each device takes an "
+                             f"equal part of every sequence), got {self.mesh.context}")
         if self.data.batch_size % self.grad_accum:
             raise ValueError(f"grad_accum: must divide data.batch_size={self.data.batch_size}, got {self.grad_accum}")
         from ccq_jax.models import PRESETS, get_config

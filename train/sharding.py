@@ -1,9 +1,12 @@
 """Device mesh and logical-axis sharding: one rules table maps named axes to the mesh axes.
 
-Mesh axes are `data`, `fsdp` and `tensor` (sizes from config; one of them may be -1 to take
-the remaining devices). Parameters carry logical axis names (`embed`, `heads`, `kv`, `mlp`,
-`vocab`, ...) as NNX sharding metadata; `RULES` maps each to a mesh axis. The same code runs
-on one CPU, 8 fake CPU devices, one or two GPUs, and a TPU slice.
+Mesh axes are `data`, `fsdp`, `context` and `tensor` (sizes from config; one of them may be -1
+to take the remaining devices). Parameters carry logical axis names (`embed`, `heads`, `kv`,
+`mlp`, `vocab`, ...) as NNX sharding metadata; `RULES` maps each to a mesh axis. Batches are
+split by rows over `data` and `fsdp`; with `context` > 1 each row's tokens are split over
+`context` too (`split_sequences`), and every op and short convolution then runs on its device's
+part of the sequence (`ccq_jax.ops.context_parallel`). The same code runs on one CPU, 8 fake CPU
+devices, one or two GPUs, and a TPU slice.
 """
 
 import dataclasses
@@ -16,15 +19,17 @@ from flax import nnx
 from jax.sharding import NamedSharding, PartitionSpec
 
 from ccq_jax import configlib
+from ccq_jax.ops.context_parallel import CONTEXT_AXIS
 from ccq_jax.ops.per_device import BATCH_AXES, HEAD_AXES
 
-MESH_AXES = ("data", "fsdp", "tensor")
+MESH_AXES = ("data", "fsdp", CONTEXT_AXIS, "tensor")
+SEQUENCE_KEYS = ("input_ids", "targets", "segment_ids", "positions", "loss_mask")  # a batch's [B, T] arrays
 
 # logical axis -> mesh axis (or None: replicated). The one place sharding policy lives; the ops' kernels split
 # batch and heads over the same axes (`ccq_jax.ops.per_device`).
 RULES = (
     ("batch", BATCH_AXES),
-    ("embed", "fsdp"),
+    ("embed", ("fsdp", CONTEXT_AXIS)),  # parameters also split over the devices that split sequences (MaxText)
     ("vocab", "tensor"),
     ("heads", HEAD_AXES),
     ("mlp", "tensor"),
@@ -39,6 +44,7 @@ RULES = (
 class MeshConfig:
     data: int = -1
     fsdp: int = 1
+    context: int = 1  # devices one sequence is split over (context parallelism)
     tensor: int = 1
 
     def __post_init__(self):
@@ -65,7 +71,8 @@ class MeshConfig:
 def make_mesh(cfg: MeshConfig, devices=None) -> jax.sharding.Mesh:
     devices = list(devices if devices is not None else jax.devices())
     shape = cfg.shape(len(devices))
-    return jax.make_mesh(shape, MESH_AXES, axis_types=(jax.sharding.AxisType.Auto,) * 3, devices=devices)
+    return jax.make_mesh(shape, MESH_AXES, axis_types=(jax.sharding.AxisType.Auto,) * len(MESH_AXES),
+                         devices=devices)
 
 
 def initialize_distributed():
@@ -100,6 +107,18 @@ def state_shardings(abstract_state, mesh, rules=RULES):
 def batch_sharding(mesh, *, stacked: bool = False) -> NamedSharding:
     """[B, T] batches split over data and fsdp; with `stacked`, [S, B, T] stacks of S such batches."""
     return NamedSharding(mesh, PartitionSpec(None, BATCH_AXES) if stacked else PartitionSpec(BATCH_AXES))
+
+
+def split_sequences(batch: dict) -> dict:
+    """The batch with its [B, T] arrays (`SEQUENCE_KEYS`) split over the current mesh's `context` axis as well as
+    by rows; as it is when there is no such axis. Batches arrive split by rows only (each device of a context
+    group receives its rows whole: a few bytes a token), so this slices each device's tokens out where it is, and
+    the model's activations follow the tokens' layout."""
+    mesh = jax.sharding.get_abstract_mesh()
+    if CONTEXT_AXIS not in mesh.axis_names or mesh.shape[CONTEXT_AXIS] == 1:
+        return batch
+    spec = PartitionSpec(BATCH_AXES, CONTEXT_AXIS)
+    return {k: jax.lax.with_sharding_constraint(v, spec) if k in SEQUENCE_KEYS else v for k, v in batch.items()}
 
 
 def replicated(mesh) -> NamedSharding:

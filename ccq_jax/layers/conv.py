@@ -5,6 +5,10 @@
 `kernel [W, C]` is torch's depthwise `weight [C, 1, W]` transposed. The cache is the tail of
 the last W-1 inputs `[B, W-1, C]`; it belongs to the document at position 0 of the next call,
 exactly like the initial state of the ops, so prefill + decode equal one full pass.
+
+Under a mesh that splits sequences (`ccq_jax.ops.context_parallel`), each device convolves its own
+tokens: the previous device's tail (its last W-1 inputs of its last document: the halo) comes by one
+`ppermute` and counts only where that document continues into this shard (`Shard.continues`).
 """
 
 import functools
@@ -12,9 +16,11 @@ import functools
 import jax
 import jax.numpy as jnp
 from flax import nnx
+from jax.sharding import PartitionSpec as P
 
 from ccq_jax.layers.params import normal, param
 from ccq_jax.layers.remat import maybe_recomputed
+from ccq_jax.ops import context_parallel, doc_ids, per_device
 
 
 class ShortConvolution(nnx.Module):
@@ -28,22 +34,58 @@ class ShortConvolution(nnx.Module):
     def init_cache(self, batch_size: int, dtype) -> jax.Array:
         return jnp.zeros((batch_size, self.kernel_size - 1, self.kernel.shape[1]), dtype)
 
-    def __call__(self, x: jax.Array, docs: jax.Array, tail: jax.Array | None = None):
-        """x: [B, T, C]; docs: monotone document index [B, T]; tail: [B, W-1, C] or None (zeros).
+    def __call__(self, x: jax.Array, segment_ids: jax.Array | None = None, tail: jax.Array | None = None):
+        """x: [B, T, C]; segment_ids [B, T] or None; tail: [B, W-1, C] or None (zeros).
 
         Returns (y [B, T, C], new tail: the last W-1 inputs of the last document, zero elsewhere).
         """
-        b, t, c = x.shape
-        width = self.kernel_size
-        dtype = self.dtype or x.dtype
         if tail is None:
-            tail = jnp.zeros((b, width - 1, c), x.dtype)
-        ext = jnp.concatenate([tail.astype(x.dtype), x], axis=1)  # [B, W-1+T, C]
-        ext_docs = jnp.concatenate([jnp.broadcast_to(docs[:, :1], (b, width - 1)), docs], axis=1)
-        in_last = (ext_docs[:, t:] == docs[:, -1:])[..., None]
-        new_tail = jnp.where(in_last, ext[:, t:], jnp.zeros((), x.dtype))
-        conv = maybe_recomputed(causal_conv_silu, self.recompute)
-        return conv(ext, ext_docs, docs, self.kernel[...], dtype), new_tail
+            tail = jnp.zeros((x.shape[0], self.kernel_size - 1, x.shape[2]), x.dtype)
+        conv = functools.partial(convolve, dtype=self.dtype or x.dtype, recompute=self.recompute)
+        axis = context_parallel.mesh_axis(x.shape[1])
+        if axis is None:
+            return conv(x, segment_ids, tail, self.kernel[...])
+        return _split(conv, axis, x, segment_ids, tail, self.kernel[...])
+
+
+def convolve(x, segment_ids, tail, kernel, *, dtype, recompute, context_axis=None):
+    """`ShortConvolution` on arrays (see its `__call__`); with `context_axis` (inside `jax.shard_map`, T split over
+    that mesh axis), on this device's tokens, the tail taken from the previous device except on the first."""
+    b, t, c = x.shape
+    docs = doc_ids(segment_ids, b, t)
+    if context_axis is not None:
+        width = kernel.shape[0]
+        if t < width - 1:
+            raise ValueError(f"x: each device's {t} tokens are fewer than the convolution's {width - 1}-token halo; "
+                             f"use longer sequences or fewer devices on the {context_axis!r} axis")
+        own = jnp.where((docs[:, t - width + 1:] == docs[:, -1:])[..., None], x[:, t - width + 1:], 0)
+        shard = context_parallel.Shard.of(segment_ids, b, t, context_axis)
+        first = jax.lax.axis_index(context_axis) == 0
+        halo = jnp.where(shard.continues[:, None, None], context_parallel.shifted(own, 1, context_axis), 0)
+        tail = jnp.where(first, tail, halo.astype(tail.dtype))
+    ext = jnp.concatenate([tail.astype(x.dtype), x], axis=1)  # [B, W-1+T, C]
+    ext_docs = jnp.concatenate([jnp.broadcast_to(docs[:, :1], (b, kernel.shape[0] - 1)), docs], axis=1)
+    in_last = (ext_docs[:, t:] == docs[:, -1:])[..., None]
+    new_tail = jnp.where(in_last, ext[:, t:], jnp.zeros((), x.dtype))
+    return maybe_recomputed(causal_conv_silu, recompute)(ext, ext_docs, docs, kernel, dtype), new_tail
+
+
+def _split(conv, axis, x, segment_ids, tail, kernel):
+    """`conv` under `shard_map` over every axis of the current mesh, T split over `axis` (rows and channels as
+    `ccq_jax.ops.per_device` splits batch and heads); the new tail is the last device's."""
+    mesh = jax.sharding.get_abstract_mesh()
+    rows = per_device.mesh_axes(mesh, per_device.BATCH_AXES, x.shape[0]) or None
+    channels = per_device.mesh_axes(mesh, per_device.HEAD_AXES, x.shape[2]) or None
+
+    def body(x, segment_ids, tail, kernel):
+        y, new_tail = conv(x, segment_ids, tail, kernel, context_axis=axis)
+        return y, new_tail[None]
+
+    ids = P(rows, axis) if segment_ids is not None else None
+    in_specs = (P(rows, axis, channels), ids, P(rows, None, channels), P(None, channels))
+    sharded = per_device.manual(body, mesh, in_specs, (P(rows, axis, channels), P(axis, rows, None, channels)))
+    y, tails = sharded(x, segment_ids, tail, kernel)
+    return y, tails[-1]
 
 
 @functools.partial(jax.checkpoint, static_argnums=(4,))

@@ -19,7 +19,7 @@ from ccq_jax.layers.cache import RecurrentCache
 from ccq_jax.layers.ccq import CCQGate
 from ccq_jax.layers.conv import ShortConvolution
 from ccq_jax.layers.shapes import split_heads
-from ccq_jax.ops import CCQStats, doc_ids
+from ccq_jax.ops import CCQStats
 
 
 class RecurrentMixer(nnx.Module):
@@ -67,8 +67,8 @@ class RecurrentMixer(nnx.Module):
         if not self.use_short_conv:
             return (*((jax.nn.silu(t) for t in (q, k, v)) if silu_without_conv else (q, k, v)), None)
         tails = cache.conv if cache is not None else (None, None, None)
-        docs = doc_ids(segment_ids, x.shape[0], x.shape[1])
-        outs = [m(t, docs, tail) for m, t, tail in zip((self.q_conv1d, self.k_conv1d, self.v_conv1d), (q, k, v), tails)]
+        outs = [m(t, segment_ids, tail) for m, t, tail in zip((self.q_conv1d, self.k_conv1d, self.v_conv1d), (q, k, v),
+                                                              tails)]
         new_tails = tuple(t.astype(old.dtype) for (_, t), old in zip(outs, tails)) if cache is not None else None
         return outs[0][0], outs[1][0], outs[2][0], new_tails
 

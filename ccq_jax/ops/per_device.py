@@ -38,6 +38,13 @@ def mesh_axes(mesh, names, size):
     return tuple(chosen)
 
 
+def manual(body, mesh, in_specs, out_specs):
+    """`jax.shard_map` of `body` over every axis of `mesh` that is not manual already, with `check_vma=False` (see
+    the module docstring): what each wrapper of this package's kind runs its per-device work in."""
+    return jax.shard_map(body, mesh=mesh, in_specs=in_specs, out_specs=out_specs,
+                         axis_names=set(mesh.axis_names) - set(mesh.manual_axes), check_vma=False)
+
+
 def local(fn):
     """`fn(*per_token_inputs, **keywords) -> (per_token_output, states...)`, run by `shard_map` on each device's
     batch rows and heads when the current mesh splits them (see the module docstring), else called as it is."""
@@ -54,9 +61,6 @@ def local(fn):
         options = {k: value for k, value in keywords.items() if k not in arrays}
         array_specs = {k: state if k in STATE_KEYWORDS else document for k in arrays}
         body = lambda inputs, arrays: fn(*inputs, **arrays, **options)
-        sharded = jax.shard_map(body, mesh=mesh, in_specs=((token,) * len(inputs), array_specs),
-                                out_specs=(token, state), axis_names=set(mesh.axis_names) - set(mesh.manual_axes),
-                                check_vma=False)
-        return sharded(inputs, arrays)
+        return manual(body, mesh, ((token,) * len(inputs), array_specs), (token, state))(inputs, arrays)
 
     return run

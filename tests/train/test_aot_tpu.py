@@ -1,7 +1,7 @@
 """`ccq-compile` for a TPU topology (libtpu's compiler on a CPU; `-m tpu_aot`, JAX_PLATFORMS=cpu, the `tpu` extra):
 a small linear-attention run's whole train call, FSDP over a v5e-4's chips, compiles with the Mosaic TPU kernels
 inside the per-device shard_map (three kernel calls per layer for a backbone, six with CCQ; the tiny presets have
-two layers, unrolled), and its per-chip memory fits."""
+two layers, unrolled), and its per-chip memory fits; the same with each sequence split over the chips (mesh.context)."""
 
 import pytest
 
@@ -21,6 +21,19 @@ def test_a_sharded_train_call_compiles_for_a_tpu_topology(model):
                                    "mesh.fsdp": -1, "data.batch_size": 8, "steps_per_call": 2})
     row = compile_run(run, devices, tpu=True)
     assert row["compiled"], row.get("error")
-    assert row["mesh"] == {"data": 1, "fsdp": 4, "tensor": 1} and row["attn_impl"] == "pallas_mosaic_tpu"
+    assert row["mesh"] == {"data": 1, "fsdp": 4, "context": 1, "tensor": 1} and row["attn_impl"] == "pallas_mosaic_tpu"
     assert row["kernel_calls"] == KERNEL_CALLS[model] * get_config(model).num_hidden_layers
     assert row["hbm_gib"] == TPU_HBM_GIB["TPU v5 lite"] and row["fits"] and 0 < row["total_gib"] < 1
+
+
+@pytest.mark.parametrize("model", sorted(KERNEL_CALLS))
+def test_a_context_split_train_call_compiles_for_a_tpu_topology(model):
+    """mesh.context = 4: each chip holds a quarter of every sequence (`ccq_jax.ops.context_parallel`); the summaries
+    run the backbone's three kernel calls once more per layer, beside the collective permutes."""
+    pytest.importorskip("libtpu")
+    (run,) = load_config("smoke", {"model": model, "model.attn_impl": "pallas", "mesh.data": 1, "mesh.context": 4,
+                                   "data.batch_size": 8, "steps_per_call": 2})
+    row = compile_run(run, topology_devices("v5e:2x2"), tpu=True)
+    assert row["compiled"], row.get("error")
+    assert row["mesh"] == {"data": 1, "fsdp": 1, "context": 4, "tensor": 1} and row["fits"]
+    assert row["kernel_calls"] == (KERNEL_CALLS[model] + 3) * get_config(model).num_hidden_layers

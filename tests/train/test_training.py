@@ -48,16 +48,21 @@ def _losses(workdir):
 
 PALLAS = {"model_overrides": {"num_hidden_layers": 1, "hidden_size": 32, "attn_impl": "pallas"}}
 SHARDED = {"mesh": {"data": 2, "fsdp": 2, "tensor": 2}, "grad_accum": 2, "loss_chunk_len": 8}
+CONTEXT = {"mesh": {"data": 2, "context": 4}, "model_overrides": {"num_hidden_layers": 1, "hidden_size": 32,
+                                                                  "use_short_conv": True}}
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     """The reference run on 1 device, and the same run on a 2x2x2 mesh of 8 devices with 2 microbatches and the
-    loss formed 8 positions at a time (sequences of 32); both again with the kernels (impl="pallas", interpreted)."""
+    loss formed 8 positions at a time (sequences of 32); both again with the kernels (impl="pallas", interpreted);
+    and the model with short convolutions on one device and with each sequence split over 4 devices."""
     base = tmp_path_factory.mktemp("runs")
     procs = {"single": _start(base / "single"), "sharded": _start(base / "sharded", devices=8, **SHARDED),
              "pallas_single": _start(base / "pallas_single", **PALLAS),
-             "pallas_sharded": _start(base / "pallas_sharded", devices=8, **PALLAS, **SHARDED)}
+             "pallas_sharded": _start(base / "pallas_sharded", devices=8, **PALLAS, **SHARDED),
+             "conv_single": _start(base / "conv_single", model_overrides=CONTEXT["model_overrides"]),
+             "context": _start(base / "context", devices=8, **CONTEXT)}
     for proc in procs.values():
         _finish(proc)
     return {**{name: _losses(base / name) for name in procs}, "dir": base}
@@ -67,6 +72,15 @@ def test_sharded_mesh_with_accumulation_and_a_sliced_loss_matches_one_device(run
     single, sharded = runs["single"], runs["sharded"]
     assert sorted(single) == list(range(1, 9)) == sorted(sharded)
     np.testing.assert_allclose([sharded[s] for s in single], list(single.values()), rtol=2e-5)
+    assert single[8] < single[1]
+
+
+def test_a_run_with_sequences_split_over_the_context_axis_matches_one_device(runs):
+    """mesh.context = 4: each device holds 8 of every sequence's 32 tokens (ops and short convolutions split the
+    sequence, `ccq_jax.ops.context_parallel`); the batches are made on the device and scored at MQAR's positions."""
+    single, split = runs["conv_single"], runs["context"]
+    assert sorted(single) == list(range(1, 9)) == sorted(split)
+    np.testing.assert_allclose([split[s] for s in single], list(single.values()), rtol=2e-5)
     assert single[8] < single[1]
 
 

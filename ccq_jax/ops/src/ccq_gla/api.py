@@ -1,12 +1,15 @@
 """`ccq_gla`: validation, the implementations `impl=` chooses from (the references composed, the kernels fused),
 the public function."""
 
-from ccq_jax.ops import validate
+import functools
+
+from ccq_jax.ops import context_parallel, validate
 from ccq_jax.ops.registry import Implementation
 from ccq_jax.ops.src.ccq_gla import pallas_mosaic_tpu, pallas_triton
 from ccq_jax.ops.src.ccq_query import reference as read
-from ccq_jax.ops.src.ccq_query.api import call_fused
+from ccq_jax.ops.src.ccq_query.api import call_fused, fused_context_maps
 from ccq_jax.ops.src.gla import reference as backbone
+from ccq_jax.ops.src.gla.api import context_maps
 
 IMPLEMENTATIONS = {
     "recurrent": Implementation(read.feeding(read.recurrent, backbone.recurrent)),
@@ -18,12 +21,16 @@ IMPLEMENTATIONS = {
 }
 
 
+@context_parallel.splits_sequence(functools.partial(fused_context_maps, context_maps))
 def ccq_gla(q, k, v, g, lam, *, scale=None, initial_state=None, initial_stats=None, output_final_state=False,
             output_final_stats=False, centered=True, normalize_keys=True, segment_ids=None, impl="chunk",
             chunk_size=None, config=None, interpret=None):
     """GLA read with the CCQ-cleaned query (write rule unchanged): gla(ccq_query(q, k, lam), k, v, g).
 
     Returns (o, (final_state or None, final_stats or None)).
+
+    context_axis: inside `jax.shard_map`, with T split over that mesh axis: each device's tokens as the
+    unsplit op would give them, and its shard's final state and statistics (`ccq_jax.ops.context_parallel`).
     """
     q, k, v, g, dims = validate.gla_inputs(q, k, v, g)
     lam = validate.ccq_gate(lam, *dims[:3])

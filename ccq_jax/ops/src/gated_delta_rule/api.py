@@ -1,6 +1,9 @@
 """`gated_delta_rule`: validation, the implementations `impl=` chooses from, the public function."""
 
-from ccq_jax.ops import registry, validate
+import jax.numpy as jnp
+
+from ccq_jax.ops import context_parallel, registry, validate
+from ccq_jax.ops.numerics import accum_dtype
 from ccq_jax.ops.registry import Implementation
 from ccq_jax.ops.src.gated_delta_rule import pallas_mosaic_gpu, pallas_mosaic_tpu, pallas_triton, reference
 
@@ -16,12 +19,32 @@ IMPLEMENTATIONS = {
 }
 
 
+def context_maps(shard, q, k, v, g, beta, *, segment_ids, **options):
+    """The shard's map (`context_parallel`): a dense K x K transition and the shard's own final state, both from
+    one run of the op itself (options: its scale, impl, ...) on values widened by K zero columns from the state
+    [0 | I]: the delta rule acts on each value column alone, so the last K columns of its final state are the
+    transition applied to the identity."""
+    b, t, h, dk = k.shape
+    dv = v.shape[-1]
+    f = accum_dtype(k, v)
+    values = jnp.concatenate([v, jnp.zeros((b, t, h, dk), v.dtype)], axis=-1)
+    start = jnp.concatenate([jnp.zeros((b, h, dk, dv), f), jnp.broadcast_to(jnp.eye(dk, dtype=f), (b, h, dk, dk))],
+                            axis=-1)
+    _, final = gated_delta_rule(q, k, values, g, beta, initial_state=start, output_final_state=True,
+                                segment_ids=segment_ids, **options)
+    return {"initial_state": shard.dense(final[..., dv:], final[..., :dv])}
+
+
+@context_parallel.splits_sequence(context_maps)
 def gated_delta_rule(q, k, v, g, beta, *, scale=None, initial_state=None, output_final_state=False,
                      segment_ids=None, impl="chunk", chunk_size=None, config=None, interpret=None):
     """Gated delta rule (fla's): S = exp(g_t) S; u_t = beta_t (v_t - S^T k_t); S = S + k_t u_t^T; o_t = scale S^T q_t.
 
     q, k: [B, T, H, K]; v: [B, T, H, V]; g (log decay <= 0), beta (in [0, 2]): [B, T, H].
     Returns (o [B, T, H, V], final_state [B, H, K, V] fp32 or None).
+
+    context_axis: inside `jax.shard_map`, with T split over that mesh axis: each device's tokens as the
+    unsplit op would give them, and its shard's final state (`ccq_jax.ops.context_parallel`).
     """
     q, k, v, g, beta, (b, t, h, dk, dv) = validate.delta_inputs(q, k, v, g, beta)
     call = registry.call_of(q, k, v, chunk_size=chunk_size, interpret=interpret)

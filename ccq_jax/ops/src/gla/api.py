@@ -1,6 +1,9 @@
 """`gla`: validation, the implementations `impl=` chooses from, the public function."""
 
-from ccq_jax.ops import registry, validate
+import jax.numpy as jnp
+
+from ccq_jax.ops import context_parallel, registry, validate
+from ccq_jax.ops.numerics import accum_dtype
 from ccq_jax.ops.registry import Implementation
 from ccq_jax.ops.src.gla import pallas_mosaic_tpu, pallas_triton, reference
 
@@ -13,6 +16,14 @@ IMPLEMENTATIONS = {
 }
 
 
+def context_maps(shard, q, k, v, g, *, segment_ids, **options):
+    """The shard's map (`context_parallel`): GLA's transition is diagonal, the exponentiated sum of the shard's log
+    decays; its own final state from a zero start comes from the op itself (options: its scale, impl, ...)."""
+    _, own = gla(q, k, v, g, segment_ids=segment_ids, output_final_state=True, **options)
+    return {"initial_state": shard.diagonal(jnp.exp(jnp.sum(g.astype(accum_dtype(g)), axis=1)), own)}
+
+
+@context_parallel.splits_sequence(context_maps)
 def gla(q, k, v, g, *, scale=None, initial_state=None, output_final_state=False, segment_ids=None, impl="chunk",
         chunk_size=None, config=None, interpret=None):
     """Gated linear attention: S_t = diag(exp(g_t)) S_{t-1} + k_t v_t^T, o_t = scale * S_t^T q_t.
@@ -21,6 +32,9 @@ def gla(q, k, v, g, *, scale=None, initial_state=None, output_final_state=False,
     scale defaults to K**-0.5. initial_state: [B, H, K, V]. Returns (o [B, T, H, V] in v's
     dtype, final_state [B, H, K, V] fp32 or None). config (a `KernelConfig`) and interpret
     apply to the kernel backends only.
+
+    context_axis: inside `jax.shard_map`, with T split over that mesh axis: each device's tokens as the
+    unsplit op would give them, and its shard's final state (`ccq_jax.ops.context_parallel`).
     """
     q, k, v, g, (b, t, h, dk, dv) = validate.gla_inputs(q, k, v, g)
     call = registry.call_of(q, k, v, chunk_size=chunk_size, interpret=interpret)
