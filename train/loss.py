@@ -69,26 +69,31 @@ def at_scored_positions(x, batch):
     return pick(x), pick(batch["targets"]), pick(batch["loss_mask"])
 
 
-def loss_sums(x, head, dtype, batch, chunk_len: int = 0):
+def loss_sums(x, head, dtype, batch, chunk_len: int = 0, runs: int = 1):
     """(sum of masked NLL, (scored tokens, recall correct, recall scored)) for hidden states x [B, T, D],
     the head [D, vocab] applied in `dtype`, and a batch with `targets` and `loss_mask` [B, T] (and optionally
     `scored_positions` [B, P]: only those positions are read).
 
-    chunk_len: positions per slice of the head and loss (0, or >= T: all at once).
+    chunk_len: positions per slice of the head and loss (0, or >= T / runs: all at once). runs: the positions are
+    first cut into this many equal runs, each sliced on its own (when it divides T): the devices a sequence is
+    split over (`train.sharding.sequence_runs`), so that a slice never spans two of them and each device's
+    hidden states stay where they are.
     """
     if chunk_len < 0:
         raise ValueError(f"chunk_len: expected >= 0, got {chunk_len}")
     x, targets, loss_mask = at_scored_positions(x, batch)
     b, t = targets.shape
-    if not chunk_len or chunk_len >= t:
+    runs = runs if t % runs == 0 else 1
+    if not chunk_len or chunk_len >= t // runs:
         return _slice_sums(x, head, dtype, targets, loss_mask)
     if dtype is not None:  # once here: inside the scan each slice (and its recompute) would cast [D, vocab] again
         head = head.astype(dtype)
-    pad = -t % chunk_len
+    pad = -(t // runs) % chunk_len
 
-    def slices(a):  # [B, T, ...] -> [T / chunk_len, B, chunk_len, ...], padded positions unscored
+    def slices(a):  # [B, T, ...] -> [T / runs / chunk_len, B * runs, chunk_len, ...], padded positions unscored
+        a = a.reshape(b * runs, t // runs, *a.shape[2:])
         a = jnp.pad(a, [(0, 0), (0, pad)] + [(0, 0)] * (a.ndim - 2))
-        return jnp.moveaxis(a.reshape(b, -1, chunk_len, *a.shape[2:]), 1, 0)
+        return jnp.moveaxis(a.reshape(b * runs, -1, chunk_len, *a.shape[2:]), 1, 0)
 
     one = jax.checkpoint(lambda xs, ts, ms: _slice_sums(xs, head, dtype, ts, ms))
 

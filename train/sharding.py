@@ -109,13 +109,18 @@ def batch_sharding(mesh, *, stacked: bool = False) -> NamedSharding:
     return NamedSharding(mesh, PartitionSpec(None, BATCH_AXES) if stacked else PartitionSpec(BATCH_AXES))
 
 
+def sequence_runs() -> int:
+    """How many devices the current mesh splits each sequence over (its `context` axis; 1 without one)."""
+    mesh = jax.sharding.get_abstract_mesh()
+    return mesh.shape[CONTEXT_AXIS] if CONTEXT_AXIS in mesh.axis_names else 1
+
+
 def split_sequences(batch: dict) -> dict:
     """The batch with its [B, T] arrays (`SEQUENCE_KEYS`) split over the current mesh's `context` axis as well as
     by rows; as it is when there is no such axis. Batches arrive split by rows only (each device of a context
     group receives its rows whole: a few bytes a token), so this slices each device's tokens out where it is, and
     the model's activations follow the tokens' layout."""
-    mesh = jax.sharding.get_abstract_mesh()
-    if CONTEXT_AXIS not in mesh.axis_names or mesh.shape[CONTEXT_AXIS] == 1:
+    if sequence_runs() == 1:
         return batch
     spec = PartitionSpec(BATCH_AXES, CONTEXT_AXIS)
     return {k: jax.lax.with_sharding_constraint(v, spec) if k in SEQUENCE_KEYS else v for k, v in batch.items()}

@@ -21,7 +21,7 @@ from flax import nnx
 
 from ccq_jax.models import CausalLM, abstract_model
 from train.loss import loss_sums
-from train.sharding import batch_sharding, replicated, split_sequences, state_shardings
+from train.sharding import batch_sharding, replicated, sequence_runs, split_sequences, state_shardings
 
 
 class TrainState(NamedTuple):
@@ -74,7 +74,7 @@ def lm_loss(graphdef, params, others, batch, loss_chunk_len=0):
     model = nnx.merge(graphdef, params, others)
     batch = split_sequences(batch)
     x, _ = model.hidden_states(batch["input_ids"], segment_ids=batch["segment_ids"])
-    return loss_sums(x, model.head(), model.config.compute_dtype, batch, loss_chunk_len)
+    return loss_sums(x, model.head(), model.config.compute_dtype, batch, loss_chunk_len, sequence_runs())
 
 
 def _microbatches(batch, n):

@@ -24,10 +24,10 @@ def test_context_split_loss_gradients_and_prefill_equal_one_device():
                          capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, (out.stdout + out.stderr)[-3000:]
     rows = [line.split() for line in out.stdout.strip().splitlines()]
-    assert len(rows) == 9 + 2, out.stdout  # three models on three meshes, two prefills
-    for name, _, _, error in rows[9:]:
+    assert len(rows) == 6 + 2, out.stdout  # three models on two meshes, two prefills
+    for name, _, _, error in rows[6:]:
         assert float(error) < 1e-5, (name, error)  # logits and the new cache, fp32 round-off
-    for name, _, mesh, _, loss, _, grads, _, gathers in rows[:9]:
+    for name, _, mesh, _, loss, _, grads, _, gathers in rows[:6]:
         assert float(loss) < 1e-6 and float(grads) < FP32_TOL, (name, mesh, loss, grads)  # fp32 round-off
         if name != "transformer" and "tensor" not in mesh:
             assert gathers == "0", (name, mesh, gathers)

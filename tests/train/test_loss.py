@@ -44,6 +44,21 @@ def test_slices_give_the_sums_and_gradients_of_the_whole(chunk_len):
         np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("runs", [2, 3, 4, 5])
+def test_slices_of_equal_runs_give_the_sums_and_gradients_of_the_whole(runs):
+    """runs: each of the equal runs of positions (a context-split sequence's devices) sliced on its own; 5 does not
+    divide T = 36 and means one run."""
+    x, head, batch = _inputs()
+    x, batch = x[:, :36], {k: v[:, :36] for k, v in batch.items()}
+    nll, (tokens, correct, _) = loss_sums(x, head, None, batch, 5, runs)
+    want_nll, want_tokens, want_correct = _reference(x, head, batch)
+    np.testing.assert_allclose(float(nll), want_nll, rtol=1e-5)
+    assert float(tokens) == want_tokens and float(correct) == want_correct
+    grad = lambda n, r: jax.grad(lambda x, h: loss_sums(x, h, None, batch, n, r)[0], argnums=(0, 1))(x, head)
+    for got, want in zip(grad(5, runs), grad(0, 1)):
+        np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-6)
+
+
 def test_gradient_matches_float64_finite_differences_direction():
     x, head, batch = _inputs(1)
     f = lambda h: loss_sums(x, h, None, batch, 8)[0]

@@ -199,7 +199,7 @@ def test_non_finite_steps_are_skipped_and_reported(tmp_path, capsys):
     ({"loss_chunk_len": -1}, r"loss_chunk_len: expected >= 0, got -1"),
     ({"peak_tflops": -1.0}, r"peak_tflops: expected a finite value >= 0 \(0: the device's known peak\), got -1\.0"),
     ({"on_nan": "ignore"}, r"on_nan: expected Literal\['stop', 'skip'\], got str 'ignore'"),
-    ({"mesh.data": 0}, r"mesh: axis sizes must be positive or -1, got \{'data': 0, 'fsdp': 1, 'tensor': 1\}"),
+    ({"mesh.data": 0}, r"mesh: axis sizes must be positive or -1, got \{'data': 0, 'fsdp': 1, 'context': 1, 'tensor': 1\}"),
 ])
 def test_config_errors(overrides, match):
     with pytest.raises(ValueError, match=match):
@@ -237,10 +237,13 @@ def test_cli_rejects_unknown_config_with_a_suggestion():
 def test_mesh_shape_errors():
     from train.sharding import MeshConfig
 
-    assert MeshConfig(data=-1, tensor=2).shape(8) == (4, 1, 2)
-    with pytest.raises(ValueError, match=r"mesh: 8 devices do not split into \{'data': -1, 'fsdp': 1, 'tensor': 3\}"):
+    assert MeshConfig(data=-1, tensor=2).shape(8) == (4, 1, 1, 2)
+    assert MeshConfig(data=2, context=-1).shape(8) == (2, 1, 4, 1)
+    with pytest.raises(ValueError, match=r"mesh: 8 devices do not split into \{'data': -1, 'fsdp': 1, 'context': 1, "
+                                         r"'tensor': 3\}"):
         MeshConfig(data=-1, tensor=3).shape(8)
-    with pytest.raises(ValueError, match=r"mesh: \{'data': 2, 'fsdp': 2, 'tensor': 1\} needs 4 devices, but 8 are available"):
+    with pytest.raises(ValueError, match=r"mesh: \{'data': 2, 'fsdp': 2, 'context': 1, 'tensor': 1\} needs 4 devices, "
+                                         r"but 8 are available"):
         MeshConfig(data=2, fsdp=2, tensor=1).shape(8)
     with pytest.raises(ValueError, match=r"at most one axis may be -1"):
         MeshConfig(data=-1, fsdp=-1)
