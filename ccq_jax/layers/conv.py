@@ -42,7 +42,7 @@ class ShortConvolution(nnx.Module):
         if tail is None:
             tail = jnp.zeros((x.shape[0], self.kernel_size - 1, x.shape[2]), x.dtype)
         conv = functools.partial(convolve, dtype=self.dtype or x.dtype, recompute=self.recompute)
-        axis = context_parallel.mesh_axis(x.shape[1])
+        axis = context_parallel.mesh_axis(x.shape[1], "x")
         if axis is None:
             return conv(x, segment_ids, tail, self.kernel[...])
         return _split(conv, axis, x, segment_ids, tail, self.kernel[...])

@@ -148,14 +148,14 @@ def _initial(name, value, like):
     return jax.tree.map(lambda v, e: jnp.asarray(v, e.dtype), value, like)
 
 
-def mesh_axis(length):
+def mesh_axis(length, name="q"):
     """CONTEXT_AXIS when the current mesh splits sequences (it has that axis, not manual, of more than one
-    device), else None; a ValueError when T = `length` does not split evenly over it."""
+    device), else None; a ValueError naming the input `name` when its T = `length` does not split evenly."""
     mesh = jax.sharding.get_abstract_mesh()
     if CONTEXT_AXIS not in mesh.axis_names or CONTEXT_AXIS in mesh.manual_axes or mesh.shape[CONTEXT_AXIS] == 1:
         return None
     if length % mesh.shape[CONTEXT_AXIS]:
-        raise ValueError(f"q: T = {length} does not split evenly over the mesh's {CONTEXT_AXIS!r} axis of "
+        raise ValueError(f"{name}: T = {length} does not split evenly over the mesh's {CONTEXT_AXIS!r} axis of "
                          f"{mesh.shape[CONTEXT_AXIS]} devices; pad the sequence to a multiple of it")
     return CONTEXT_AXIS
 

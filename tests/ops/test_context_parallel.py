@@ -12,10 +12,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from flax import nnx
 from jax.sharding import AbstractMesh, AxisType
 
 import ccq_jax.ops as ops
-from ccq_jax.layers.conv import convolve
+from ccq_jax.layers.conv import ShortConvolution, convolve
 from tests.builders import FP32_TOL
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -59,6 +60,13 @@ def test_a_length_the_mesh_context_axis_does_not_divide_is_refused_by_name():
     with jax.sharding.use_abstract_mesh(mesh), pytest.raises(ValueError, match=r"q: T = 5 does not split evenly "
                                                                                 r"over the mesh's 'context' axis of 2"):
         ops.gla(*_gla_inputs(5))
+
+
+def test_a_convolution_input_the_mesh_context_axis_does_not_divide_is_refused_by_name():
+    conv = ShortConvolution(2, 4, std=0.1, rngs=nnx.Rngs(0))
+    mesh = AbstractMesh((1, 2), ("data", "context"), axis_types=(AxisType.Auto,) * 2)
+    with jax.sharding.use_abstract_mesh(mesh), pytest.raises(ValueError, match=r"x: T = 7 does not split evenly"):
+        conv(jnp.ones((1, 7, 2)))
 
 
 def test_an_initial_state_of_the_wrong_shape_is_refused_by_name_with_a_context_axis():
