@@ -58,16 +58,22 @@ def convolve(x, segment_ids, tail, kernel, *, dtype, recompute, context_axis=Non
         if t < width - 1:
             raise ValueError(f"x: each device's {t} tokens are fewer than the convolution's {width - 1}-token halo; "
                              f"use longer sequences or fewer devices on the {context_axis!r} axis")
-        own = jnp.where((docs[:, t - width + 1:] == docs[:, -1:])[..., None], x[:, t - width + 1:], 0)
+        own = last_document_tail(x, docs, docs, width)
         shard = context_parallel.Shard.of(segment_ids, b, t, context_axis)
         first = jax.lax.axis_index(context_axis) == 0
         halo = jnp.where(shard.continues[:, None, None], context_parallel.shifted(own, 1, context_axis), 0)
         tail = jnp.where(first, tail, halo.astype(tail.dtype))
     ext = jnp.concatenate([tail.astype(x.dtype), x], axis=1)  # [B, W-1+T, C]
     ext_docs = jnp.concatenate([jnp.broadcast_to(docs[:, :1], (b, kernel.shape[0] - 1)), docs], axis=1)
-    in_last = (ext_docs[:, t:] == docs[:, -1:])[..., None]
-    new_tail = jnp.where(in_last, ext[:, t:], jnp.zeros((), x.dtype))
+    new_tail = last_document_tail(ext, ext_docs, docs, kernel.shape[0])
     return maybe_recomputed(causal_conv_silu, recompute)(ext, ext_docs, docs, kernel, dtype), new_tail
+
+
+def last_document_tail(values, value_docs, docs, width):
+    """The last W-1 of `values` [B, L, C] (their documents `value_docs` [B, L]) where they belong to the last
+    document of `docs` [B, T], zero elsewhere: what the next call, or the next device, convolves with."""
+    last = value_docs[:, -(width - 1):] == docs[:, -1:]
+    return jnp.where(last[..., None], values[:, -(width - 1):], jnp.zeros((), values.dtype))
 
 
 def _split(conv, axis, x, segment_ids, tail, kernel):

@@ -15,9 +15,10 @@ implementations agree and are differentiable. `segment_ids [B, T]` marks packed 
 and statistics restart wherever the id changes, and `initial_state` / `initial_stats` apply to the
 document at position 0 only. `context_axis` splits one sequence across the devices of a mesh axis
 (`ccq_jax.ops.context_parallel`; under a mesh with a `context` axis the ops split it themselves).
-`doc_ids` turns segment ids into the monotone document index the forms use; `l2_normalize` is fla's key normalisation (the gated delta rule's `use_qk_l2norm`);
-`ccq_keys` the fp32 (normalised) keys the CCQ statistics are built from. Each op's package under
-`ccq_jax.ops.src` holds its API, reference forms and kernel backends.
+`doc_ids` turns segment ids into the monotone document index the forms use; `l2_normalize` is fla's
+key normalisation (the gated delta rule's `use_qk_l2norm`); `ccq_keys` the fp32 (normalised) keys the
+CCQ statistics are built from. Each op's package under `ccq_jax.ops.src` holds its API, reference forms
+and kernel backends.
 """
 
 from ccq_jax.ops.numerics import ccq_keys, doc_ids, l2_normalize

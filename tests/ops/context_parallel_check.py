@@ -43,7 +43,8 @@ def inputs(dtype):
     k = x(B, T, H, K)
     g = np.stack([-np.logaddexp(0, -x(T, H, K)) / 0.1, np.where(rng.random((T, H, K)) < 0.5, 0, -np.logaddexp(
         0, -x(T, H, K) - 3))])
-    keys = x(B, H, 5, K) / np.linalg.norm(x(B, H, 5, K), axis=-1, keepdims=True)
+    keys = x(B, H, 5, K)
+    keys /= np.linalg.norm(keys, axis=-1, keepdims=True)
     arrays = dict(q=x(B, T, H, K), k=k / np.linalg.norm(k, axis=-1, keepdims=True), v=x(B, T, H, V), g=g,
                   gh=g[..., 0], beta=rng.uniform(0, 1, (B, T, H)), lam=rng.uniform(0, 1, (B, T, H)),
                   initial_state=x(B, H, K, V))
