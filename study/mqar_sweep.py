@@ -2,6 +2,7 @@
 
     python -m study.mqar_sweep run --out results/mqar/sweep.jsonl [--families gla,ccq-gla] [--widths 64,128]
     python -m study.mqar_sweep plot results/mqar/sweep.jsonl --out results/mqar/accuracy_vs_width.png
+    python -m study.mqar_sweep run --out results/mqar/sweep.jsonl --families gdn --widths 64 --seed 1  # a rerun
 
 Zoology (Arora et al. 2023, figure 2) trains 2-layer models of width 64-512 on multi-query associative
 recall with a vocabulary of 8192, key-value pairs placed at power-law gaps (a = 0.01), queries and
@@ -165,46 +166,67 @@ def sweep(out: pathlib.Path, families, widths, cells, rates, steps: int, impl: s
 
 
 def best_per_cell(rows) -> dict:
-    """{(cell, family): {width: best test accuracy over the rates}} for the rows of one sweep."""
+    """{(cell, steps, family): {width: {seed: best test accuracy over the rates}}}: seeds and training budgets
+    are kept apart, never maximised over."""
     best = {}
     for r in rows:
-        cell = best.setdefault((r["cell"], r["family"]), {})
-        cell[r["width"]] = max(cell.get(r["width"], 0.0), r["test_accuracy"])
+        seeds = best.setdefault((r["cell"], r["steps"], r["family"]), {}).setdefault(r["width"], {})
+        seeds[r["seed"]] = max(seeds.get(r["seed"], 0.0), r["test_accuracy"])
     return best
 
 
+def _panels(best) -> list:
+    """(cell, steps) of the rows, by sequence length then budget."""
+    return sorted({(c, s) for c, s, _ in best}, key=lambda p: (CELLS.get(p[0], (0,))[0], p[0], p[1]))
+
+
 def table(rows) -> str:
-    """Markdown: best test accuracy over the rates per cell, family and width."""
+    """Markdown: per cell, training steps, family and width the best test accuracy over the rates, one number
+    per seed in seed order ("0.1 / 99.9": seed 0, then seed 1)."""
     best = best_per_cell(rows)
     widths = sorted({w for v in best.values() for w in v})
-    lines = ["| cell | family | " + " | ".join(f"width {w}" for w in widths) + " |",
-             "|---|---|" + "---:|" * len(widths)]
-    for (cell, family), by_width in sorted(best.items()):
-        cells = [f"{100 * by_width[w]:.1f}" if w in by_width else "-" for w in widths]
-        lines.append(f"| {cell} | {family} | " + " | ".join(cells) + " |")
+    lines = ["| cell | steps | family | seeds | " + " | ".join(f"width {w}" for w in widths) + " |",
+             "|---|---:|---|---|" + "---:|" * len(widths)]
+    for cell, steps in _panels(best):
+        for family in [f for f in FAMILIES if (cell, steps, f) in best]:
+            by_width = best[(cell, steps, family)]
+            seeds = sorted({s for v in by_width.values() for s in v})
+            cells = [" / ".join(f"{100 * by_width[w][s]:.1f}" if s in by_width.get(w, {}) else "-" for s in seeds)
+                     if w in by_width else "-" for w in widths]
+            lines.append(f"| {cell} | {steps} | {family} | {', '.join(map(str, seeds))} | " + " | ".join(cells)
+                         + " |")
     return "\n".join(lines)
 
 
 def plot(rows, path: pathlib.Path) -> pathlib.Path:
-    """Accuracy against width, one panel per cell, one line per family (Zoology's figure 2)."""
+    """Accuracy against width, one panel per cell and training budget, one line per family through the mean
+    over seeds, each seed's best accuracy a dot (Zoology's figure 2)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     best = best_per_cell(rows)
-    cells = sorted({c for c, _ in best}, key=lambda c: CELLS.get(c, (0,))[0])
-    fig, axes = plt.subplots(1, len(cells), figsize=(4.5 * len(cells), 3.6), squeeze=False)
-    for ax, cell in zip(axes[0], cells):
-        for family in [f for f in FAMILIES if (cell, f) in best]:
-            widths = sorted(best[(cell, family)])
-            ax.plot(widths, [100 * best[(cell, family)][w] for w in widths], marker="o", label=family)
-        ax.set(xscale="log", xlabel="model width", ylabel="test accuracy (%)", title=cell, ylim=(-2, 102))
-        ax.set_xticks(sorted({w for (c, _), v in best.items() if c == cell for w in v}))
+    panels = _panels(best)
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.5 * len(panels), 3.6), squeeze=False)
+    for ax, (cell, steps) in zip(axes[0], panels):
+        for i, family in enumerate([f for f in FAMILIES if (cell, steps, f) in best]):
+            by_width = best[(cell, steps, family)]
+            widths = sorted(by_width)
+            line, = ax.plot(widths, [100 * np.mean(list(by_width[w].values())) for w in widths], marker="o",
+                            label=family)
+            for w in widths:  # each seed, nudged sideways so that families do not hide each other
+                ax.scatter([w * 1.03 ** (i - 2)] * len(by_width[w]), [100 * a for a in by_width[w].values()],
+                           s=12, color=line.get_color(), alpha=0.5)
+        ax.set(xscale="log", xlabel="model width", ylabel="test accuracy (%)", title=f"{cell}, {steps} steps",
+               ylim=(-2, 102))
+        ticks = sorted({w for (c, s, _), v in best.items() if (c, s) == (cell, steps) for w in v})
+        ax.set_xticks(ticks)
+        ax.set_xlim(ticks[0] / 1.3, ticks[-1] * 1.3)
         ax.minorticks_off()
         ax.get_xaxis().set_major_formatter(matplotlib.ticker.ScalarFormatter())
         ax.grid(alpha=0.3)
-    axes[0][-1].legend(fontsize=8)
+    max(axes[0], key=lambda ax: len(ax.get_lines())).legend(fontsize=8)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)

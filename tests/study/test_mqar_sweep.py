@@ -67,12 +67,17 @@ def test_sweep_skips_cells_already_in_its_file(tmp_path):
     assert out.read_text().count("\n") == 1
 
 
-def test_table_and_plot_report_the_best_rate_per_width(tmp_path):
-    rows = [{"family": f, "width": w, "cell": c, "lr": lr, "test_accuracy": acc}
+def test_table_and_plot_report_the_best_rate_per_width_and_keep_seeds_and_budgets_apart(tmp_path):
+    rows = [{"family": f, "width": w, "cell": c, "steps": 2000, "seed": 0, "lr": lr, "test_accuracy": acc}
             for c in CELLS for f in ("gla", "transformer") for w in (64, 128)
             for lr, acc in ((1e-3, 0.2 * w / 64), (1e-2, 0.1))]
+    rows += [{**r, "seed": 1, "test_accuracy": r["test_accuracy"] / 2} for r in rows if r["family"] == "gla"]
+    rows += [{**r, "steps": 16000, "test_accuracy": 0.9} for r in rows
+             if (r["family"], r["cell"], r["width"], r["seed"]) == ("transformer", "T512-kv64", 64, 0)]
     text = table(rows)
-    assert "| T256-kv16 | gla | 20.0 | 40.0 |" in text and "| T512-kv64 | transformer | 20.0 | 40.0 |" in text
+    assert "| T256-kv16 | 2000 | gla | 0, 1 | 20.0 / 10.0 | 40.0 / 20.0 |" in text
+    assert "| T512-kv64 | 2000 | transformer | 0 | 20.0 | 40.0 |" in text
+    assert "| T512-kv64 | 16000 | transformer | 0 | 90.0 | - |" in text
     rows_file = tmp_path / "rows.jsonl"
     rows_file.write_text("".join(json.dumps(r) + "\n" for r in rows))
     assert main(["plot", str(rows_file), "--out", str(tmp_path / "acc.png")]) == 0

@@ -1,0 +1,153 @@
+"""The language-modelling study's numbers, read back from its result folders: each run, and seeds side by side.
+
+    python -m study.lm.compare results/lm
+
+Each folder under the root is one run of `study/lm/run.sh` (RUN, or RUN-seedN for the run trained with
+`--set seed=N --set data.seed=N`; no suffix is runs.yaml's seed 0). The numbers come from the logs that every
+`ccq-eval` command writes (`ppl.log`, `extrapolation.log`, `niah.log`, `delta_mu.log`, and `*_ccq_off.log` for
+the CCQ-off evaluations) and from `metrics.jsonl`. Prints three markdown tables: every run; each model's mean and
+range over its seeds; and each comparison of `PAIRS` (CCQ minus its backbone, fixed gate minus learned) per seed
+both runs have.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import pathlib
+import re
+import statistics
+
+# (model, the model it is compared with): CCQ against its backbone, and the paper's fixed-gate ablation
+PAIRS = (("ccq-gla-100m", "gla-100m"), ("ccq-gdn-100m", "gdn-100m"), ("ccq-gla-100m-fixed", "ccq-gla-100m"))
+LENGTHS = (2048, 4096, 8192, 16384)
+SEED_SUFFIX = re.compile(r"^(?P<model>.+)-seed(?P<seed>\d+)$")
+
+
+@dataclasses.dataclass(frozen=True)
+class Evaluation:
+    """One model's evaluations with CCQ on (or off): held-out perplexity, perplexity at each length, S-NIAH
+    accuracy per task over all lengths and depths (percent), mean Delta-mu."""
+    perplexity: float
+    by_length: dict
+    niah: dict
+    delta_mu: float
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+    model: str
+    seed: int
+    last_loss: float
+    tokens_per_s: float
+    on: Evaluation
+    off: Evaluation | None  # CCQ models only
+
+
+def _search(pattern: str, path: pathlib.Path) -> re.Match:
+    found = re.search(pattern, path.read_text(), re.M)
+    if found is None:
+        raise ValueError(f"{path}: no line matching {pattern!r}")
+    return found
+
+
+def read_evaluation(folder: pathlib.Path, tag: str = "") -> Evaluation:
+    """The evaluations of one run from its logs; tag "_ccq_off" reads the CCQ-off ones."""
+    by_length = dict((int(n), float(p)) for n, p in
+                     re.findall(r"^\s+(\d+)\s+([\d.]+)\s*$", (folder / f"extrapolation{tag}.log").read_text(), re.M))
+    niah = dict((task, float(acc)) for task, acc in
+                re.findall(r"^(niah_\S+)\s.*\s([\d.]+)\s*$", (folder / f"niah{tag}.log").read_text(), re.M))
+    if sorted(by_length) != list(LENGTHS) or not niah:
+        raise ValueError(f"{folder}: expected perplexity at {LENGTHS} and S-NIAH rows in its{tag} logs")
+    return Evaluation(perplexity=float(_search(r"^perplexity (\S+)", folder / f"ppl{tag}.log")[1]),
+                      by_length=by_length, niah=niah,
+                      delta_mu=float(_search(r"mean Delta-mu over layers and heads: (\S+)",
+                                             folder / f"delta_mu{tag}.log")[1]))
+
+
+def read_run(folder: pathlib.Path) -> Run:
+    """One run folder: its model and seed from the folder's name, training from metrics.jsonl, evaluations."""
+    named = SEED_SUFFIX.match(folder.name)
+    model, seed = (named["model"], int(named["seed"])) if named else (folder.name, 0)
+    rows = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    rows = [r for r in rows if "tokens_per_s" in r]
+    if len(rows) < 3:
+        raise ValueError(f"{folder}/metrics.jsonl: expected at least 3 training rows, got {len(rows)}")
+    # the first row holds the compilation and the last one misreports its rate (docs/results.md): both left out
+    rate = statistics.median(r["tokens_per_s"] for r in rows[1:-1])
+    off = read_evaluation(folder, "_ccq_off") if (folder / "ppl_ccq_off.log").exists() else None
+    return Run(model, seed, rows[-1]["loss"], rate, read_evaluation(folder), off)
+
+
+def read_runs(root: pathlib.Path) -> list[Run]:
+    """Every run folder under root (those with a metrics.jsonl), by model then seed."""
+    runs = [read_run(f) for f in sorted(root.iterdir()) if (f / "metrics.jsonl").exists()]
+    return sorted(runs, key=lambda r: (r.model, r.seed))
+
+
+def _niah(e: Evaluation) -> str:
+    return " / ".join(f"{v:.0f}" for _, v in sorted(e.niah.items())) + " %"  # the logs print percent
+
+
+def runs_table(runs) -> str:
+    lines = ["| model | seed | train loss (last step) | held-out ppl | ppl, CCQ off | ppl at 2K / 4K / 8K / 16K "
+             "| S-NIAH single_1/2/3 | mean Delta-mu (CCQ off) | tokens/s |",
+             "|---|---:|---:|---:|---:|---|---|---:|---:|"]
+    for r in runs:
+        off = f"{r.off.perplexity:.3f}" if r.off else "-"
+        mu = f"{r.on.delta_mu:.3f}" + (f" ({r.off.delta_mu:.3f})" if r.off else "")
+        lines.append(f"| {r.model} | {r.seed} | {r.last_loss:.3f} | {r.on.perplexity:.3f} | {off} | "
+                     + " / ".join(f"{r.on.by_length[n]:.2f}" for n in LENGTHS)
+                     + f" | {_niah(r.on)} | {mu} | {r.tokens_per_s / 1e3:.0f}K |")
+    return "\n".join(lines)
+
+
+def by_model(runs) -> dict:
+    """{model: {seed: run}}."""
+    models = {}
+    for r in runs:
+        models.setdefault(r.model, {})[r.seed] = r
+    return models
+
+
+def seeds_table(runs) -> str:
+    """Each model's held-out and 16K perplexity: mean over seeds and the range."""
+    lines = ["| model | seeds | held-out ppl: mean (min - max) | at 16K: mean (min - max) |", "|---|---|---|---|"]
+    for model, seeds in by_model(runs).items():
+        cells = []
+        for values in ([r.on.perplexity for r in seeds.values()], [r.on.by_length[16384] for r in seeds.values()]):
+            cells.append(f"{statistics.mean(values):.3f} ({min(values):.3f} - {max(values):.3f})")
+        lines.append(f"| {model} | {', '.join(map(str, sorted(seeds)))} | {cells[0]} | {cells[1]} |")
+    return "\n".join(lines)
+
+
+def pair_differences(runs) -> list[tuple[str, str, int, float, float]]:
+    """(model, reference, seed, held-out ppl change %, 16K ppl change %) for each pair of PAIRS and seed both
+    models have."""
+    models, out = by_model(runs), []
+    for model, reference in PAIRS:
+        for seed in sorted(set(models.get(model, {})) & set(models.get(reference, {}))):
+            a, b = models[model][seed].on, models[reference][seed].on
+            out.append((model, reference, seed, 100 * (a.perplexity / b.perplexity - 1),
+                        100 * (a.by_length[16384] / b.by_length[16384] - 1)))
+    return out
+
+
+def pairs_table(runs) -> str:
+    lines = ["| model - reference | seed | held-out ppl | at 16K |", "|---|---:|---:|---:|"]
+    for model, reference, seed, held_out, at_16k in pair_differences(runs):
+        lines.append(f"| {model} - {reference} | {seed} | {held_out:+.2f} % | {at_16k:+.2f} % |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("root", type=pathlib.Path, help="the folder of run folders (results/lm)")
+    runs = read_runs(p.parse_args(argv).root)
+    print(runs_table(runs), seeds_table(runs), pairs_table(runs), sep="\n\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,66 @@
+"""study/lm/compare.py: the numbers read from the study's logs equal the JSON the same evaluations wrote, the
+seed and pair tables compute what they say, and a log without its line is refused by name."""
+
+import json
+import pathlib
+
+import pytest
+
+from study.lm.compare import (LENGTHS, Evaluation, Run, pair_differences, read_evaluation, read_run, read_runs,
+                              seeds_table)
+
+RESULTS = pathlib.Path(__file__).resolve().parents[2] / "results" / "lm"
+
+
+def _with_json():
+    """(folder, tag) of every committed evaluation that also came back as JSON."""
+    return [(f, tag) for f in sorted(RESULTS.iterdir()) for tag in ("", "_ccq_off")
+            if (f / f"ppl{tag}" / "ppl.json").exists() and (f / f"ppl{tag}.log").exists()]
+
+
+def test_the_committed_runs_have_json_to_check_against():
+    assert len(_with_json()) >= 8
+
+
+@pytest.mark.parametrize("folder,tag", _with_json(), ids=lambda x: getattr(x, "name", x))
+def test_logs_read_as_the_json_of_the_same_evaluation(folder, tag):
+    got = read_evaluation(folder, tag)
+    results = lambda name: json.loads((folder / f"{name}{tag}" / f"{name}.json").read_text())["results"]
+    assert got.perplexity == pytest.approx(results("ppl")["perplexity"], abs=5e-5)
+    assert got.by_length == pytest.approx({int(n): p for n, p in results("extrapolation")["perplexity"].items()},
+                                          abs=5e-5)
+    assert got.niah == pytest.approx({t: v["overall"] for t, v in results("niah").items()}, abs=5e-2)
+    assert got.delta_mu == pytest.approx(results("delta_mu")["mean_delta_mu"], abs=5e-5)
+
+
+def test_every_committed_run_reads_and_seeds_come_from_the_folder_name():
+    runs = read_runs(RESULTS)
+    assert {(r.model, r.seed) for r in runs} >= {("gla-100m", 0), ("gla-100m", 1), ("ccq-gla-100m", 1)}
+    assert all((r.off is not None) == r.model.startswith("ccq-") for r in runs)
+
+
+def _run(model, seed, ppl, at_16k):
+    by_length = {n: at_16k for n in LENGTHS}
+    return Run(model, seed, 3.0, 1e5, Evaluation(ppl, by_length, {"niah_single_1": 0.0}, -0.1), None)
+
+
+def test_pairs_compare_only_the_seeds_both_models_have():
+    runs = [_run("gla-100m", 0, 20.0, 10.0), _run("gla-100m", 1, 25.0, 10.0), _run("ccq-gla-100m", 1, 24.0, 11.0),
+            _run("ccq-gla-100m", 2, 1.0, 1.0)]
+    assert pair_differences(runs) == [("ccq-gla-100m", "gla-100m", 1, pytest.approx(-4.0), pytest.approx(10.0))]
+    table = seeds_table(runs)
+    assert "| gla-100m | 0, 1 | 22.500 (20.000 - 25.000) | 10.000 (10.000 - 10.000) |" in table
+
+
+def test_a_log_without_its_line_is_refused_by_name(tmp_path):
+    folder = tmp_path / "gla-100m-seed3"
+    folder.mkdir()
+    for name in ("ppl", "extrapolation", "niah", "delta_mu"):
+        (folder / f"{name}.log").write_text((RESULTS / "gla-100m" / f"{name}.log").read_text())
+    rows = [{"step": s, "loss": 3.0, "tokens_per_s": 1e5 * s} for s in (1, 2, 3, 4)]
+    (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    run = read_run(folder)
+    assert (run.model, run.seed, run.tokens_per_s, run.off) == ("gla-100m", 3, 2.5e5, None)
+    (folder / "delta_mu.log").write_text("nothing here\n")
+    with pytest.raises(ValueError, match="delta_mu.log"):
+        read_run(folder)
