@@ -13,26 +13,16 @@ Transformer's KV cache (whose decode step attends over all of it).
 
 import argparse
 import json
-import time
 
 import jax
 from flax import nnx
 from ccq_jax.progress import progress as progress_bar
 
+from benchmarks.inference import best_seconds
 from ccq_jax.inference import cache_nbytes, decode, init_cache, prefill
 from ccq_jax.models import CausalLM, get_config
 
 PRESETS = ("gla-tiny", "ccq-gla-tiny", "gdn-tiny", "ccq-gdn-tiny", "transformer-tiny")
-
-
-def _best_time(fn, repeats):
-    jax.block_until_ready(fn())  # compile
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        jax.block_until_ready(fn())
-        best = min(best, time.perf_counter() - start)
-    return best
 
 
 def measure(model, context, *, batch, tokens, repeats, seed=0):
@@ -40,7 +30,7 @@ def measure(model, context, *, batch, tokens, repeats, seed=0):
     prompt = jax.random.randint(jax.random.key(seed), (batch, context), 0, model.config.vocab_size)
     logits, cache = prefill(model, prompt, init_cache(model, batch, context + tokens))
     first = logits[:, -1].argmax(-1)
-    seconds = _best_time(lambda: decode(model, first, cache, tokens), repeats)
+    seconds = best_seconds(lambda: decode(model, first, cache, tokens), repeats)
     return {"context": context, "batch": batch, "seconds_per_token": seconds / tokens,
             "cache_bytes": cache_nbytes(cache)}
 

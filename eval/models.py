@@ -26,7 +26,7 @@ import numpy as np
 from flax import nnx
 
 from ccq_jax import checks as check
-from ccq_jax.inference import generate, init_cache, prefill
+from ccq_jax.inference import generate, init_cache, prefill, split_model
 from ccq_jax.layers.recurrent import RecurrentMixer
 
 
@@ -74,7 +74,7 @@ class ModelRunner:
         check.integer("batch_size", batch_size, minimum=1)
         self.model, self.prefix = model, [int(t) for t in prefix]
         self.batch_size, self.max_length = batch_size, max_length
-        self._graphdef, self._state = nnx.split(model)
+        self._served = split_model(model)  # split once: every call below reuses it
 
     def _with_prefix(self, ids) -> np.ndarray:
         ids = np.asarray(ids, np.int32)
@@ -82,18 +82,18 @@ class ModelRunner:
 
     def logits(self, ids) -> jax.Array:
         """ids [B, T] -> logits [B, T, E] of one forward over prefix + ids."""
-        return _forward(self._graphdef, self._state, self._with_prefix(ids))[:, len(self.prefix):]
+        return _forward(*self._served, self._with_prefix(ids))[:, len(self.prefix):]
 
     def init_carry(self, batch: int):
         """A cache for `batch` rows that has read the prefix."""
-        cache = init_cache(self.model, batch, self.max_length)
+        cache = init_cache(self._served, batch, self.max_length)
         if self.prefix:
-            _, cache = prefill(self.model, self._with_prefix(np.zeros((batch, 0), np.int32)), cache)
+            _, cache = prefill(self._served, self._with_prefix(np.zeros((batch, 0), np.int32)), cache)
         return cache
 
     def step(self, ids, carry):
         """ids [B, C] from `carry` -> (logits [B, C, E], carry)."""
-        return prefill(self.model, jnp.asarray(ids, jnp.int32), carry)
+        return prefill(self._served, jnp.asarray(ids, jnp.int32), carry)
 
     def _padded_batches(self, rows: list[list[int]]):
         """Yield (first row index, ids [batch_size, width] right-padded with 0, lengths [batch_size])."""
@@ -112,7 +112,7 @@ class ModelRunner:
             raise ValueError("prompts: every prompt needs at least one token when the runner has no prefix")
         out = []
         for first, ids, lengths in self._padded_batches(prompts):
-            new = generate(self.model, ids, max_new_tokens, prompt_lengths=lengths)
+            new = generate(self._served, ids, max_new_tokens, prompt_lengths=lengths)
             out.extend(np.asarray(new)[: min(self.batch_size, len(prompts) - first)].tolist())
         return out
 
@@ -126,7 +126,7 @@ class ModelRunner:
                              f"{self.model.config.family!r} model")
         out = []
         for first, ids, _ in self._padded_batches(prompts):
-            layers = _captured_keys(self._graphdef, self._state, ids)["layers"]
+            layers = _captured_keys(*self._served, ids)["layers"]
             per_layer = [np.asarray(layers[i]["attn"]["keys"][0]) for i in range(len(self.model.layers))]
             for row, prompt in enumerate(prompts[first:first + self.batch_size]):
                 start = len(self.prefix)

@@ -6,11 +6,15 @@
     new_tokens, cache = decode(model, next_tokens, cache, 32)   # a compiled loop of 32 such steps
     new_tokens = generate(model, prompt_ids, 32, prompt_lengths=lengths)
 
+Each takes the model or its `split_model(model)`, which skips re-splitting the model on every call.
+
 Linear-attention models decode in constant memory per token (the cache does not grow).
 """
 
 from ccq_jax.inference.cache import cache_nbytes, init_cache
 from ccq_jax.inference.generate import decode, decode_step, generate, prefill
 from ccq_jax.inference.sampling import sample_next
+from ccq_jax.inference.split import SplitModel, split_model
 
-__all__ = ["cache_nbytes", "decode", "decode_step", "generate", "init_cache", "prefill", "sample_next"]
+__all__ = ["SplitModel", "cache_nbytes", "decode", "decode_step", "generate", "init_cache", "prefill",
+           "sample_next", "split_model"]

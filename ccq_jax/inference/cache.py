@@ -1,21 +1,39 @@
-"""The decoding cache of a `CausalLM`: a tuple with one cache per layer (`ccq_jax.layers.cache`).
+"""The decoding cache of a `CausalLM` (or its `SplitModel`): a tuple with one cache per layer
+(`ccq_jax.layers.cache`).
 
 Linear-attention layers hold `RecurrentCache(state [B,H,K,V] fp32, stats CCQStats | None,
 conv (q, k, v tails [B, W-1, C]) | None)`, whose size does not depend on the context length;
 Transformer layers hold a `KVCache` with `max_length` slots.
 """
 
+import functools
+
 import jax
 import numpy as np
+from flax import nnx
 
 from ccq_jax import checks as check
+from ccq_jax.inference.split import SplitModel
+
+
+def layer_caches(model, batch_size: int, max_length: int) -> tuple:
+    """One empty cache per layer of the module `model`."""
+    return tuple(layer.attn.init_cache(batch_size, max_length) for layer in model.layers)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 2, 3))
+def _split_model_cache(graphdef, state, batch_size, max_length):
+    return layer_caches(nnx.merge(graphdef, state), batch_size, max_length)
 
 
 def init_cache(model, batch_size: int, max_length: int) -> tuple:
-    """An empty cache for `batch_size` rows; `max_length` bounds prompt + generated tokens (KV caches only)."""
+    """An empty cache for `batch_size` rows of `model` (a CausalLM or a SplitModel); `max_length` bounds prompt +
+    generated tokens (KV caches only)."""
     check.integer("batch_size", batch_size, minimum=1)
     check.integer("max_length", max_length, minimum=1)
-    return tuple(layer.attn.init_cache(batch_size, max_length) for layer in model.layers)
+    if isinstance(model, SplitModel):
+        return _split_model_cache(model.graphdef, model.state, int(batch_size), int(max_length))
+    return layer_caches(model, batch_size, max_length)
 
 
 def cache_nbytes(cache) -> int:

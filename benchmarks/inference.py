@@ -1,0 +1,143 @@
+"""Inference against the hardware and against fla: prefill, decode and batched generation, one table.
+
+    PYTHONPATH=. python benchmarks/inference.py --out inference.jsonl                 # ours, the 1.3B presets
+    PYTHONPATH=. python benchmarks/inference.py --fla --out inference.jsonl           # and fla's, same call (GPU)
+    PYTHONPATH=. python benchmarks/inference.py --presets gla-tiny --prefill 1:64 --decode 1:64 \
+        --generate 2:32 --tokens 8 --dtype float32                                    # a CPU smoke run
+
+Ours, per preset (random init, weights and compute in `--dtype`):
+- `split`: the host time of `nnx.split(model)`, which every inference call on a module pays and a
+  `SplitModel` (`ccq_jax.inference.split_model`) pays once;
+- `prefill` B:P: `prefill` of a random prompt from a fresh `init_cache`, the model split once; `prefill,
+  re-split` the same through the module (what a call with the module costs);
+- `decode` B:P: after a P-token prefill, `decode` of `--tokens` tokens greedily in one compiled loop, per token;
+  `floor_ms` is the weights read once per token at `--hbm-tb-s` (H200: 4.8 TB/s), `state_floor_ms` adds the
+  cache read and written once;
+- `generate` B:P: `generate` of `--tokens` new tokens after a P-token prompt, prefill included, in tokens/s,
+  with the cache's bytes per sequence (constant in P for the linear models).
+Every time is the best of `--repeats` runs after one compiling run. With `--fla`, `benchmarks/inference_fla.py`
+times fla's model of each preset's plain backbone (once per backbone) in the same process (bf16, CUDA) and the
+table gives the ratio; CCQ presets are compared with their backbone's fla model.
+"""
+
+import argparse
+import json
+import time
+
+import jax
+import numpy as np
+from flax import nnx
+
+from ccq_jax.inference import cache_nbytes, decode, generate, init_cache, prefill, split_model
+from ccq_jax.models import CausalLM, count_params, get_config
+
+
+def best_seconds(fn, repeats: int) -> float:
+    """The best of `repeats` timed runs of fn after one untimed (compiling) run; fn's result is waited for."""
+    jax.block_until_ready(fn())
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        jax.block_until_ready(fn())
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def _prompt(batch: int, length: int, vocab: int, seed: int = 0):
+    return jax.numpy.asarray(np.random.default_rng(seed).integers(0, vocab, (batch, length)), jax.numpy.int32)
+
+
+def ours(preset: str, dtype: str, prefills, decodes, generates, tokens: int, repeats: int, hbm_tb_s: float):
+    """Records of our side for one preset (see the module docstring)."""
+    config = get_config(preset, dtype=dtype, param_dtype=dtype)
+    model = CausalLM(config, rngs=nnx.Rngs(0))
+    served = split_model(model)
+    weight_bytes = count_params(config) * np.dtype(dtype).itemsize
+    base = {"side": "ours", "preset": preset, "dtype": dtype, "device": jax.devices()[0].device_kind}
+    records = [{**base, "what": "split", "ms": 1e3 * best_seconds(lambda: nnx.split(model)[1], repeats)}]
+    for b, p in prefills:
+        ids = _prompt(b, p, config.vocab_size)
+        for what, m in (("prefill", served), ("prefill, re-split", model)):
+            seconds = best_seconds(lambda: prefill(m, ids, init_cache(m, b, p))[0], repeats)
+            records.append({**base, "what": what, "batch": b, "prompt": p, "ms": 1e3 * seconds})
+    for b, p in decodes:
+        logits, cache = prefill(served, _prompt(b, p, config.vocab_size), init_cache(served, b, p + tokens))
+        first = logits[:, -1].argmax(-1)
+        seconds = best_seconds(lambda: decode(served, first, cache, tokens)[0], repeats) / tokens
+        floor = weight_bytes / (hbm_tb_s * 1e12)
+        records.append({**base, "what": "decode", "batch": b, "prompt": p, "ms": 1e3 * seconds,
+                        "floor_ms": 1e3 * floor, "state_floor_ms": 1e3 * (floor + 2 * cache_nbytes(cache) /
+                                                                            (hbm_tb_s * 1e12))})
+    for b, p in generates:
+        ids = _prompt(b, p, config.vocab_size)
+        seconds = best_seconds(lambda: generate(served, ids, tokens), repeats)
+        records.append({**base, "what": "generate", "batch": b, "prompt": p, "ms": 1e3 * seconds,
+                        "tokens_per_s": b * tokens / seconds,
+                        "cache_bytes_per_sequence": cache_nbytes(init_cache(served, 1, p + tokens))})
+    return records
+
+
+def table(records) -> str:
+    """Markdown: one row per measurement of ours, with fla's time and ours / fla where fla ran it (CCQ presets
+    against fla's model of their backbone)."""
+    fla = {(r["preset"], r["what"], r.get("batch"), r.get("prompt")): r["ms"] for r in records if r["side"] == "fla"}
+    lines = ["| preset | what | B | P | ours ms | fla ms | ours / fla | fla HF generate ms | floor ms | tokens/s |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in (r for r in records if r["side"] == "ours"):
+        plain = r["preset"].removeprefix("ccq-")  # a CCQ preset is compared with fla's model of its backbone
+        theirs = fla.get((plain, r["what"], r.get("batch"), r.get("prompt")))
+        hf = fla.get((plain, "decode, HF generate", r.get("batch"), r.get("prompt"))) if r["what"] == "decode" else None
+        cells = [r["preset"], r["what"], r.get("batch", "-"), r.get("prompt", "-"), f"{r['ms']:.2f}",
+                 f"{theirs:.2f}" if theirs else "-", f"{r['ms'] / theirs:.2f}" if theirs else "-",
+                 f"{hf:.2f}" if hf else "-", f"{r['floor_ms']:.3f}" if "floor_ms" in r else "-",
+                 f"{r['tokens_per_s']:,.0f}" if "tokens_per_s" in r else "-"]
+        lines.append("| " + " | ".join(map(str, cells)) + " |")
+    return "\n".join(lines)
+
+
+def shapes(text: str) -> list[tuple[int, int]]:
+    """"B:P,B:P" -> [(B, P), ...] (batch, prompt length)."""
+    out = []
+    for item in text.split(","):
+        b, _, p = item.partition(":")
+        if not (b.isdigit() and p.isdigit() and int(b) > 0 and int(p) > 0):
+            raise argparse.ArgumentTypeError(f"expected B:P pairs of positive integers, got {item!r}")
+        out.append((int(b), int(p)))
+    return out
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--presets", default="gla-1.3b,ccq-gla-1.3b")
+    p.add_argument("--dtype", default="bfloat16")
+    p.add_argument("--prefill", type=shapes, default=shapes("1:2048,16:2048,1:16384"))
+    p.add_argument("--decode", type=shapes, default=shapes("1:2048,16:2048"))
+    p.add_argument("--generate", type=shapes, default=shapes("1:512,16:2048,64:512,16:8192"))
+    p.add_argument("--tokens", type=int, default=128, help="new tokens per decode / generate")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--hbm-tb-s", type=float, default=4.8, help="memory bandwidth for the decode floor")
+    p.add_argument("--fla", action="store_true", help="also time fla's plain backbones (needs torch, fla, CUDA)")
+    p.add_argument("--out", help="JSON lines, appended")
+    a = p.parse_args(argv)
+    if a.tokens < 1 or a.repeats < 1:
+        p.error(f"--tokens and --repeats: expected >= 1, got {a.tokens} and {a.repeats}")
+    records = []
+    for preset in a.presets.split(","):
+        new = ours(preset, a.dtype, a.prefill, a.decode, a.generate, a.tokens, a.repeats, a.hbm_tb_s)
+        plain = preset.removeprefix("ccq-")
+        if a.fla and not any(r["side"] == "fla" and r["preset"] == plain for r in records):
+            from benchmarks.inference_fla import fla_records  # torch only when asked for
+
+            new += fla_records(plain, a.prefill, a.decode, a.tokens, a.repeats)
+        for r in new:
+            print(json.dumps(r), flush=True)
+        records += new
+    if a.out:
+        with open(a.out, "a") as f:
+            f.writelines(json.dumps(r) + "\n" for r in records)
+    print(table(records))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,65 @@
+"""fla's side of benchmarks/inference.py: its model of one of our plain presets, in bf16 on CUDA.
+
+fla builds the model from our preset's config (`ccq_jax.convert.config_to_fla`, the mapping the checkpoint
+conversion uses) with its own initialisation. Timed, each the best of `repeats` after one warm-up run, with the
+GPU synchronised around each run:
+- `prefill` B:P: one forward of the prompt with `use_cache=True` (the cache fla's generation continues from);
+- `decode` B:P (`decode, HF generate`): `model.generate` of `tokens` new tokens greedily (all of them: no early
+  end), minus the prefill of the same prompt, per token;
+- `decode` B:P (`decode`, the row ours is compared with): a plain loop of `tokens` forwards of one token each
+  over fla's cache, without `generate`'s overhead, per token.
+"""
+
+import time
+
+import torch
+from transformers import AutoConfig, AutoModelForCausalLM
+
+from ccq_jax.convert.config import config_to_fla
+from ccq_jax.models import get_config
+from ccq_jax.torch_reference.models import register
+
+
+def _best_seconds(fn, repeats: int) -> float:
+    fn()
+    best = float("inf")
+    for _ in range(repeats):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        fn()
+        torch.cuda.synchronize()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def _loop(model, ids, tokens: int):
+    out = model(ids, use_cache=True)
+    cache, token = out.past_key_values, out.logits[:, -1:].argmax(-1)
+    for _ in range(tokens):
+        out = model(token, past_key_values=cache, use_cache=True)
+        cache, token = out.past_key_values, out.logits[:, -1:].argmax(-1)
+    return token
+
+
+@torch.inference_mode()
+def fla_records(preset: str, prefills, decodes, tokens: int, repeats: int) -> list[dict]:
+    register()
+    config = config_to_fla(get_config(preset))
+    model = AutoModelForCausalLM.from_config(AutoConfig.for_model(config.pop("model_type"), **config))
+    model = model.to("cuda", torch.bfloat16).eval()
+    base = {"side": "fla", "preset": preset, "dtype": "bfloat16", "device": torch.cuda.get_device_name()}
+    vocab = model.config.vocab_size
+    records = []
+    for b, p in prefills:
+        ids = torch.randint(0, vocab, (b, p), device="cuda")
+        seconds = _best_seconds(lambda: model(ids, use_cache=True), repeats)
+        records.append({**base, "what": "prefill", "batch": b, "prompt": p, "ms": 1e3 * seconds})
+    for b, p in decodes:
+        ids = torch.randint(0, vocab, (b, p), device="cuda")
+        first = _best_seconds(lambda: model(ids, use_cache=True), repeats)
+        hf = _best_seconds(lambda: model.generate(ids, max_new_tokens=tokens, min_new_tokens=tokens,
+                                                  do_sample=False), repeats)
+        loop = _best_seconds(lambda: _loop(model, ids, tokens), repeats)
+        for what, seconds in (("decode, HF generate", hf), ("decode", loop)):
+            records.append({**base, "what": what, "batch": b, "prompt": p, "ms": 1e3 * (seconds - first) / tokens})
+    return records
