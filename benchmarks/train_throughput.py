@@ -30,18 +30,21 @@ import numpy as np
 from ccq_jax.compilation import CompileCounter
 from ccq_jax.models import count_params, get_config
 from train.optim import OptimConfig, make_optimizer
-from train.sharding import MeshConfig, make_mesh
+from train.sharding import MeshConfig, batch_sharding, make_mesh
 from train.step import compile_steps, init_state, make_eval_step, make_train_step
 
 
 def measure(preset, batch_size, seqlen, steps, warmup, peak_tflops, attn_impl, param_dtype="float32", remat=False,
-            loss_chunk_len=0, memory_only=False, scan_layers=False):
+            loss_chunk_len=0, memory_only=False, scan_layers=False, mesh_config=None, devices=None, trace_to=None):
+    """One preset's row. batch_size is the global batch; `mesh_config` (default: one data axis) over `devices`
+    (default: the first device) splits it; memory is per device (the largest peak, XLA's per-device plan).
+    `trace_to`: a folder where two more steps, after the timed ones, are traced (`jax.profiler`, Perfetto)."""
     overrides = dict(dtype="bfloat16", param_dtype=param_dtype, remat_policy="block" if remat else "elementwise",
                      scan_layers=scan_layers)
     if attn_impl and not preset.startswith("transformer"):
         overrides["attn_impl"] = attn_impl
     cfg = get_config(preset, **overrides)
-    mesh = make_mesh(MeshConfig())
+    mesh = make_mesh(mesh_config or MeshConfig(), devices if devices is not None else jax.devices()[:1])
     optimizer = make_optimizer(OptimConfig(lr=1e-4, warmup_steps=0), steps + warmup)
     graphdef, others, state = init_state(cfg, optimizer, mesh, seed=0)
     train_step, _ = compile_steps(make_train_step(graphdef, others, optimizer, grad_accum=1, skip_nonfinite=False,
@@ -53,10 +56,11 @@ def measure(preset, batch_size, seqlen, steps, warmup, peak_tflops, attn_impl, p
         ids = rng.integers(0, cfg.vocab_size, (batch_size, seqlen + 1), dtype=np.int32)
         data = {"input_ids": ids[:, :-1], "targets": ids[:, 1:], "segment_ids": np.ones((batch_size, seqlen), np.int32),
                 "loss_mask": np.ones((batch_size, seqlen), np.int32)}
-        return jax.device_put({k: jnp.asarray(v) for k, v in data.items()})
+        return jax.device_put({k: jnp.asarray(v) for k, v in data.items()}, batch_sharding(mesh))
 
     settings = {"attn_impl": attn_impl or "default", "param_dtype": param_dtype, "remat": remat,
-                "loss_chunk_len": loss_chunk_len, "scan_layers": scan_layers}
+                "loss_chunk_len": loss_chunk_len, "scan_layers": scan_layers, "devices": mesh.size,
+                "mesh": {k: v for k, v in mesh.shape.items() if v > 1}, "batch": batch_size}
     if memory_only:
         with CompileCounter() as compiles:
             begin = time.perf_counter()
@@ -82,12 +86,17 @@ def measure(preset, batch_size, seqlen, steps, warmup, peak_tflops, attn_impl, p
     if compiles.seconds:
         print(f"{preset}: WARNING: {len(compiles.seconds)} compilation(s), {sum(compiles.seconds):.1f} s, inside the "
               "timed steps: the time is not a step's; raise --warmup", flush=True)
+    if trace_to:
+        with jax.profiler.trace(trace_to, create_perfetto_trace=True):
+            for data in batches[-2:]:
+                state, metrics = train_step(state, data)
+            jax.block_until_ready(metrics)
     n = count_params(cfg)
     tokens_per_s = batch_size * seqlen / seconds
-    stats = jax.local_devices()[0].memory_stats() or {}
+    peak = max((d.memory_stats() or {}).get("peak_bytes_in_use", 0) for d in mesh.devices.flat)
     return {"preset": preset, "params_M": n / 1e6, "step_ms": 1e3 * seconds, "tokens_per_s": tokens_per_s,
             "mfu": 6 * n * tokens_per_s / (peak_tflops * 1e12) if peak_tflops else None,
-            "peak_GiB": stats.get("peak_bytes_in_use", 0) / 2**30, **planned_memory(train_step, state, batches[-1]),
+            "peak_GiB": peak / 2**30, **planned_memory(train_step, state, batches[-1]),
             "loss": float(metrics["loss"]), "compiles_in_timed_steps": len(compiles.seconds),
             "first_step_s": ends[0] if ends else None, "xla_compile_s": sum(warmup_compiles.seconds), **settings}
 
