@@ -21,13 +21,13 @@ table gives the ratio; CCQ presets are compared with their backbone's fla model.
 """
 
 import argparse
-import json
 import time
 
 import jax
 import numpy as np
 from flax import nnx
 
+from benchmarks import records
 from ccq_jax.inference import cache_nbytes, decode, generate, init_cache, prefill, split_model
 from ccq_jax.models import CausalLM, count_params, get_config
 
@@ -121,21 +121,17 @@ def main(argv=None) -> int:
     a = p.parse_args(argv)
     if a.tokens < 1 or a.repeats < 1:
         p.error(f"--tokens and --repeats: expected >= 1, got {a.tokens} and {a.repeats}")
-    records = []
+    results = []
     for preset in a.presets.split(","):
         new = ours(preset, a.dtype, a.prefill, a.decode, a.generate, a.tokens, a.repeats, a.hbm_tb_s)
         plain = preset.removeprefix("ccq-")
-        if a.fla and not any(r["side"] == "fla" and r["preset"] == plain for r in records):
+        if a.fla and not any(r["side"] == "fla" and r["preset"] == plain for r in results):
             from benchmarks.inference_fla import fla_records  # torch only when asked for
 
             new += fla_records(plain, a.prefill, a.decode, a.tokens, a.repeats)
-        for r in new:
-            print(json.dumps(r), flush=True)
-        records += new
-    if a.out:
-        with open(a.out, "a") as f:
-            f.writelines(json.dumps(r) + "\n" for r in records)
-    print(table(records))
+        results += records.show(new)
+    records.append(a.out, results)
+    print(table(results))
     return 0
 
 

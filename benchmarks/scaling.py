@@ -15,12 +15,12 @@ all kernels' busy time, per GPU, averaged) and how much of it overlaps compute k
 """
 
 import argparse
-import json
 import pathlib
 import tempfile
 
 import jax
 
+from benchmarks import records
 from benchmarks.step_profile import gpu_kernels, trace_events
 from benchmarks.train_throughput import measure
 from train.sharding import MESH_AXES, MeshConfig
@@ -135,14 +135,10 @@ def main(argv=None) -> int:
         parse_mesh(name)  # refuse a bad spelling before anything compiles
     rows = []
     for preset in a.presets.split(","):
-        new = rows_for(preset, meshes, a.batch, a.trace, seqlen=a.seqlen, steps=a.steps, warmup=a.warmup,
-                       peak_tflops=a.peak_tflops, attn_impl=a.attn_impl, param_dtype=a.param_dtype)
-        for r in new:
-            print(json.dumps(r), flush=True)
-        rows += new
-    if a.out:
-        with open(a.out, "a") as f:
-            f.writelines(json.dumps(r) + "\n" for r in rows)
+        rows += records.show(rows_for(preset, meshes, a.batch, a.trace, seqlen=a.seqlen, steps=a.steps,
+                                      warmup=a.warmup, peak_tflops=a.peak_tflops, attn_impl=a.attn_impl,
+                                      param_dtype=a.param_dtype))
+    records.append(a.out, rows)
     print(table(rows))
     return 0
 
