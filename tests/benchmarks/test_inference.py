@@ -3,6 +3,8 @@ constant with the prompt for a linear model, and the table sets fla's times besi
 their backbone)."""
 
 import argparse
+import ast
+from pathlib import Path
 
 import pytest
 
@@ -38,3 +40,9 @@ def test_shapes_are_batch_prompt_pairs():
     assert shapes("1:2048,16:512") == [(1, 2048), (16, 512)]
     with pytest.raises(argparse.ArgumentTypeError, match="expected B:P pairs of positive integers, got '0:5'"):
         shapes("0:5")
+
+
+def test_the_fla_side_defines_what_the_script_imports():
+    """benchmarks/inference_fla.py needs torch and CUDA, so no CPU test runs it: its name is checked here."""
+    source = (Path(__file__).resolve().parents[2] / "benchmarks" / "inference_fla.py").read_text()
+    assert "fla_records" in {node.name for node in ast.parse(source).body if isinstance(node, ast.FunctionDef)}
