@@ -112,12 +112,13 @@ def by_model(runs) -> dict:
 
 
 def seeds_table(runs) -> str:
-    """Each model's held-out and 16K perplexity: mean over seeds and the range."""
+    """Each model's held-out and 16K perplexity: mean over seeds and, with more than one, the range."""
     lines = ["| model | seeds | held-out ppl: mean (min - max) | at 16K: mean (min - max) |", "|---|---|---|---|"]
     for model, seeds in by_model(runs).items():
         cells = []
         for values in ([r.on.perplexity for r in seeds.values()], [r.on.by_length[16384] for r in seeds.values()]):
-            cells.append(f"{statistics.mean(values):.3f} ({min(values):.3f} - {max(values):.3f})")
+            spread = f" ({min(values):.3f} - {max(values):.3f})" if len(values) > 1 else ""
+            cells.append(f"{statistics.mean(values):.3f}{spread}")
         lines.append(f"| {model} | {', '.join(map(str, sorted(seeds)))} | {cells[0]} | {cells[1]} |")
     return "\n".join(lines)
 
