@@ -32,13 +32,14 @@ from ccq_jax.inference import cache_nbytes, decode, generate, init_cache, prefil
 from ccq_jax.models import CausalLM, count_params, get_config
 
 
-def best_seconds(fn, repeats: int) -> float:
-    """The best of `repeats` timed runs of fn after one untimed (compiling) run; fn's result is waited for."""
-    jax.block_until_ready(fn())
+def best_seconds(fn, repeats: int, wait=jax.block_until_ready) -> float:
+    """The best of `repeats` timed runs of fn after one untimed (compiling) run; `wait(result)` returns once the
+    device has finished the run (JAX by default; `lambda _: torch.cuda.synchronize()` for PyTorch)."""
+    wait(fn())
     best = float("inf")
     for _ in range(repeats):
         start = time.perf_counter()
-        jax.block_until_ready(fn())
+        wait(fn())
         best = min(best, time.perf_counter() - start)
     return best
 

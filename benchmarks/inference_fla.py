@@ -1,8 +1,8 @@
 """fla's side of benchmarks/inference.py: its model of one of our plain presets, in bf16 on CUDA.
 
 fla builds the model from our preset's config (`ccq_jax.convert.config_to_fla`, the mapping the checkpoint
-conversion uses) with its own initialisation. Timed, each the best of `repeats` after one warm-up run, with the
-GPU synchronised around each run:
+conversion uses) with its own initialisation. Timed, each the best of `repeats` after one warm-up run
+(`benchmarks.inference.best_seconds`, the GPU synchronised after each run):
 - `prefill` B:P: one forward of the prompt with `use_cache=True` (the cache fla's generation continues from);
 - `decode` B:P (`decode, HF generate`): `model.generate` of `tokens` new tokens greedily (all of them: no early
   end), minus the prefill of the same prompt, per token;
@@ -10,26 +10,17 @@ GPU synchronised around each run:
   over fla's cache, without `generate`'s overhead, per token.
 """
 
-import time
-
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
+from benchmarks.inference import best_seconds
 from ccq_jax.convert.config import config_to_fla
 from ccq_jax.models import get_config
 from ccq_jax.torch_reference.models import register
 
 
-def _best_seconds(fn, repeats: int) -> float:
-    fn()
-    best = float("inf")
-    for _ in range(repeats):
-        torch.cuda.synchronize()
-        start = time.perf_counter()
-        fn()
-        torch.cuda.synchronize()
-        best = min(best, time.perf_counter() - start)
-    return best
+def _timed(fn, repeats: int) -> float:
+    return best_seconds(fn, repeats, wait=lambda _: torch.cuda.synchronize())
 
 
 def _loop(model, ids, tokens: int):
@@ -52,14 +43,14 @@ def fla_records(preset: str, prefills, decodes, tokens: int, repeats: int) -> li
     records = []
     for b, p in prefills:
         ids = torch.randint(0, vocab, (b, p), device="cuda")
-        seconds = _best_seconds(lambda: model(ids, use_cache=True), repeats)
+        seconds = _timed(lambda: model(ids, use_cache=True), repeats)
         records.append({**base, "what": "prefill", "batch": b, "prompt": p, "ms": 1e3 * seconds})
     for b, p in decodes:
         ids = torch.randint(0, vocab, (b, p), device="cuda")
-        first = _best_seconds(lambda: model(ids, use_cache=True), repeats)
-        hf = _best_seconds(lambda: model.generate(ids, max_new_tokens=tokens, min_new_tokens=tokens,
+        first = _timed(lambda: model(ids, use_cache=True), repeats)
+        hf = _timed(lambda: model.generate(ids, max_new_tokens=tokens, min_new_tokens=tokens,
                                                   do_sample=False), repeats)
-        loop = _best_seconds(lambda: _loop(model, ids, tokens), repeats)
+        loop = _timed(lambda: _loop(model, ids, tokens), repeats)
         for what, seconds in (("decode, HF generate", hf), ("decode", loop)):
             records.append({**base, "what": what, "batch": b, "prompt": p, "ms": 1e3 * (seconds - first) / tokens})
     return records

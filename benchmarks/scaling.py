@@ -15,13 +15,12 @@ all kernels' busy time, per GPU, averaged) and how much of it overlaps compute k
 """
 
 import argparse
-import pathlib
 import tempfile
 
 import jax
 
 from benchmarks import records
-from benchmarks.step_profile import gpu_kernels, trace_events
+from benchmarks.step_profile import gpu_kernels, perfetto_file, trace_events
 from benchmarks.train_throughput import measure
 from train.sharding import MESH_AXES, MeshConfig
 
@@ -97,8 +96,7 @@ def rows_for(preset: str, meshes, batch: int, trace: bool, **kwargs) -> list[dic
             row = measure(preset, batch * n, mesh_config=parse_mesh(name), devices=jax.devices(),
                           trace_to=tmp if trace else None, **kwargs)
             if trace:
-                row.update(communication(gpu_kernels(trace_events(next(pathlib.Path(tmp).rglob(
-                    "perfetto_trace.json.gz"))))))
+                row.update(communication(gpu_kernels(trace_events(perfetto_file(tmp)))))
         rows.append({**row, "mesh_name": name, "tokens_per_s_per_device": row["tokens_per_s"] / n,
                      "efficiency": row["tokens_per_s"] / (n * one["tokens_per_s"])})
     return rows

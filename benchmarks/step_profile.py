@@ -61,6 +61,11 @@ def trace_events(path) -> list:
     return events["traceEvents"] if isinstance(events, dict) else events
 
 
+def perfetto_file(folder) -> pathlib.Path:
+    """The Perfetto trace `jax.profiler.trace(folder, create_perfetto_trace=True)` wrote under `folder`."""
+    return next(pathlib.Path(folder).rglob("perfetto_trace.json.gz"))
+
+
 def kernel_times(path: pathlib.Path) -> tuple[dict[str, float], dict[str, dict]]:
     """(microseconds per kernel name, the first event's args per name) over the GPU tracks of a Perfetto JSON."""
     events = trace_events(path)
@@ -76,7 +81,7 @@ def trace(run, state, batch, steps: int, keep: str | None) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         with jax.profiler.trace(tmp, create_perfetto_trace=True):
             jax.block_until_ready(run(state, batch))
-        path = next(pathlib.Path(tmp).rglob("perfetto_trace.json.gz"))
+        path = perfetto_file(tmp)
         totals, args = kernel_times(path)
         if keep:
             pathlib.Path(keep).parent.mkdir(parents=True, exist_ok=True)

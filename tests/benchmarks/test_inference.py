@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.inference import shapes, ours, table
+from benchmarks.inference import best_seconds, shapes, ours, table
 
 
 def test_our_side_measures_each_kind_on_a_tiny_preset():
@@ -46,3 +46,9 @@ def test_the_fla_side_defines_what_the_script_imports():
     """benchmarks/inference_fla.py needs torch and CUDA, so no CPU test runs it: its name is checked here."""
     source = (Path(__file__).resolve().parents[2] / "benchmarks" / "inference_fla.py").read_text()
     assert "fla_records" in {node.name for node in ast.parse(source).body if isinstance(node, ast.FunctionDef)}
+
+
+def test_the_timer_waits_on_the_warm_up_and_on_every_timed_run():
+    waited = []
+    assert best_seconds(lambda: len(waited), 3, wait=waited.append) >= 0
+    assert waited == [0, 1, 2, 3]

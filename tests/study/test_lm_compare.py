@@ -64,3 +64,16 @@ def test_a_log_without_its_line_is_refused_by_name(tmp_path):
     (folder / "delta_mu.log").write_text("nothing here\n")
     with pytest.raises(ValueError, match="delta_mu.log"):
         read_run(folder)
+
+
+def test_a_run_without_its_lengths_or_training_rows_is_refused_by_name(tmp_path):
+    folder = tmp_path / "gla-100m"
+    folder.mkdir()
+    for name in ("ppl", "extrapolation", "niah", "delta_mu"):
+        (folder / f"{name}.log").write_text((RESULTS / "gla-100m" / f"{name}.log").read_text())
+    (folder / "metrics.jsonl").write_text(json.dumps({"step": 1, "loss": 3.0, "tokens_per_s": 1.0}) + "\n")
+    with pytest.raises(ValueError, match=r"gla-100m/metrics.jsonl: expected at least 3 training rows, got 1"):
+        read_run(folder)
+    (folder / "extrapolation.log").write_text("    2048        20.1475\n")
+    with pytest.raises(ValueError, match=r"expected perplexity at \(2048, 4096, 8192, 16384\) and S-NIAH rows"):
+        read_evaluation(folder)
