@@ -5,7 +5,8 @@
 Each folder under the root is one run of `study/lm/run.sh` (RUN, or RUN-seedN for the run trained with
 `--set seed=N --set data.seed=N`; no suffix is runs.yaml's seed 0). The numbers come from the logs that every
 `ccq-eval` command writes (`ppl.log`, `extrapolation.log`, `niah.log`, `delta_mu.log`, and `*_ccq_off.log` for
-the CCQ-off evaluations) and from `metrics.jsonl`. Prints three markdown tables: every run; each model's mean and
+the CCQ-off evaluations) and from `metrics.jsonl`. A run without an S-NIAH log (its call stopped before
+S-NIAH finished) shows "not run" there; every other log must be present. Prints three markdown tables: every run; each model's mean and
 range over its seeds; and each comparison of `PAIRS` (CCQ minus its backbone, fixed gate minus learned) per seed
 both runs have.
 """
@@ -28,10 +29,10 @@ SEED_SUFFIX = re.compile(r"^(?P<model>.+)-seed(?P<seed>\d+)$")
 @dataclasses.dataclass(frozen=True)
 class Evaluation:
     """One model's evaluations with CCQ on (or off): held-out perplexity, perplexity at each length, S-NIAH
-    accuracy per task over all lengths and depths (percent), mean Delta-mu."""
+    accuracy per task over all lengths and depths (percent; None: not run), mean Delta-mu."""
     perplexity: float
     by_length: dict
-    niah: dict
+    niah: dict | None
     delta_mu: float
 
 
@@ -56,9 +57,10 @@ def read_evaluation(folder: pathlib.Path, tag: str = "") -> Evaluation:
     """The evaluations of one run from its logs; tag "_ccq_off" reads the CCQ-off ones."""
     by_length = dict((int(n), float(p)) for n, p in
                      re.findall(r"^\s+(\d+)\s+([\d.]+)\s*$", (folder / f"extrapolation{tag}.log").read_text(), re.M))
+    niah_log = folder / f"niah{tag}.log"
     niah = dict((task, float(acc)) for task, acc in
-                re.findall(r"^(niah_\S+)\s.*\s([\d.]+)\s*$", (folder / f"niah{tag}.log").read_text(), re.M))
-    if sorted(by_length) != list(LENGTHS) or not niah:
+                re.findall(r"^(niah_\S+)\s.*\s([\d.]+)\s*$", niah_log.read_text(), re.M)) if niah_log.exists() else None
+    if sorted(by_length) != list(LENGTHS) or niah == {}:
         raise ValueError(f"{folder}: expected perplexity at {LENGTHS} and S-NIAH rows in its{tag} logs")
     return Evaluation(perplexity=float(_search(r"^perplexity (\S+)", folder / f"ppl{tag}.log")[1]),
                       by_length=by_length, niah=niah,
@@ -87,6 +89,8 @@ def read_runs(root: pathlib.Path) -> list[Run]:
 
 
 def _niah(e: Evaluation) -> str:
+    if e.niah is None:
+        return "not run"
     return " / ".join(f"{v:.0f}" for _, v in sorted(e.niah.items())) + " %"  # the logs print percent
 
 

@@ -13,6 +13,9 @@
 # Delta-mu, and for CCQ models each again with CCQ off. Each writes OUT/<name>/ and OUT/<name>.log.
 # RETRIEVAL_DOCUMENTS=N (default 0: none) adds N S-NIAH-format documents to the training data
 # (study/retrieval_docs.py; the docs that report such a run must say so).
+# EVALUATE_ONLY="NAME ..." (for example "niah niah_ccq_off") skips training and runs only the named evaluations
+# on the checkpoint already in $STUDY_WORK/runs/RUN: how a later call on the same machine finishes a run whose
+# call stopped during its evaluations.
 set -euo pipefail
 run=$1 out=$2
 tarball=${3:-corpus.tar.xz}
@@ -41,15 +44,27 @@ if [ "${RETRIEVAL_DOCUMENTS:-0}" -gt 0 ]; then
   paths=$paths,$extra/shards
 fi
 stamp "corpus ready"
-$py -m train --config study/lm/runs.yaml --only "$run" --workdir "$work/runs" --no-progress \
-  --set "data.paths=[$paths]" --set "data.tokenizer=$corpus/tokenizer/tokenizer.json" "$@" \
-  > "$out/train.log" 2>&1
-cp "$ckpt"/metrics.jsonl "$work"/runs/summary.json "$work"/runs/loss_curves.png "$out/"
-stamp "trained"
+only=${EVALUATE_ONLY:-}
+if [ -n "$only" ]; then
+  [ -d "$ckpt" ] || { echo "EVALUATE_ONLY: expected a trained checkpoint in $ckpt, found none" >&2; exit 2; }
+  for name in $only; do
+    case $name in ppl|extrapolation|niah|delta_mu|ppl_ccq_off|extrapolation_ccq_off|niah_ccq_off|delta_mu_ccq_off) ;;
+      *) echo "EVALUATE_ONLY: expected names among ppl extrapolation niah delta_mu (each also with _ccq_off)," \
+           "got $name" >&2; exit 2 ;;
+    esac
+  done
+else
+  $py -m train --config study/lm/runs.yaml --only "$run" --workdir "$work/runs" --no-progress \
+    --set "data.paths=[$paths]" --set "data.tokenizer=$corpus/tokenizer/tokenizer.json" "$@" \
+    > "$out/train.log" 2>&1
+  cp "$ckpt"/metrics.jsonl "$work"/runs/summary.json "$work"/runs/loss_curves.png "$out/"
+  stamp "trained"
+fi
 
 heldout=$corpus/documents/heldout
 evaluate() {  # NAME COMMAND [ARGS...]: one ccq-eval command on the checkpoint, in the background
   local name=$1; shift
+  [ -z "$only" ] || [[ " $only " == *" $name "* ]] || return 0
   XLA_PYTHON_CLIENT_PREALLOCATE=false $py -m eval "$@" --checkpoint "$ckpt" \
     --tokenizer "$corpus/tokenizer/tokenizer.json" --out "$out/$name" --no-progress > "$out/$name.log" 2>&1 \
     && stamp "$name done" || stamp "$name FAILED (see $name.log)" &

@@ -1,0 +1,62 @@
+"""study/lm/run.sh's control flow with a stand-in Python that records each command: a full run trains then
+evaluates; EVALUATE_ONLY runs just the named evaluations on an existing checkpoint and rejects unknown names."""
+
+import os
+import pathlib
+import subprocess
+
+import pytest
+
+SCRIPT = pathlib.Path(__file__).resolve().parents[2] / "study" / "lm" / "run.sh"
+
+FAKE_PYTHON = """#!/usr/bin/env bash
+echo "$*" >> "$CALLS"
+if [ "$2" = train ]; then
+  mkdir -p "$STUDY_WORK/runs/$RUN" && touch "$STUDY_WORK/runs/$RUN/metrics.jsonl" \\
+    "$STUDY_WORK/runs/summary.json" "$STUDY_WORK/runs/loss_curves.png"
+fi
+"""
+
+
+def _run(tmp_path, run, **env):
+    work = tmp_path / "work"
+    (work / "corpus" / "shards" / "heldout").mkdir(parents=True, exist_ok=True)
+    (work / "corpus" / "shards" / "heldout" / "manifest.json").write_text("{}")
+    fake = tmp_path / "python"
+    fake.write_text(FAKE_PYTHON)
+    fake.chmod(0o755)
+    calls = tmp_path / "calls.txt"
+    calls.write_text("")
+    full_env = {**os.environ, "PYTHON": str(fake), "STUDY_WORK": str(work), "CALLS": str(calls), "RUN": run, **env}
+    proc = subprocess.run(["bash", str(SCRIPT), run, str(tmp_path / "out")], env=full_env, capture_output=True,
+                          text=True, cwd=SCRIPT.parents[2])
+    commands = [line.split()[:3] for line in calls.read_text().splitlines()]
+    return proc, commands
+
+
+def test_full_run_trains_then_runs_every_evaluation(tmp_path):
+    proc, commands = _run(tmp_path, "ccq-gla-100m")
+    assert proc.returncode == 0, proc.stderr
+    assert commands[0] == ["-m", "train", "--config"]
+    evaluations = sorted(c[2] for c in commands[1:])
+    assert evaluations == sorted(["ppl", "extrapolation", "niah", "delta-mu"] * 2)  # CCQ on and off
+
+
+def test_evaluate_only_skips_training_and_other_evaluations(tmp_path):
+    proc, _ = _run(tmp_path, "gdn-100m")
+    assert proc.returncode == 0, proc.stderr
+    proc, commands = _run(tmp_path, "gdn-100m", EVALUATE_ONLY="niah")
+    assert proc.returncode == 0, proc.stderr
+    assert commands == [["-m", "eval", "niah"]]
+    assert "niah done" in (tmp_path / "out" / "timeline.txt").read_text()
+
+
+@pytest.mark.parametrize("only, message", [("niah", "expected a trained checkpoint"),
+                                           ("niahh", "expected names among")])
+def test_evaluate_only_rejects_a_missing_checkpoint_or_unknown_name(tmp_path, only, message):
+    if only == "niahh":
+        _run(tmp_path, "gdn-100m")
+    proc, commands = _run(tmp_path, "gdn-100m", EVALUATE_ONLY=only)
+    assert proc.returncode == 2
+    assert message in proc.stderr
+    assert commands == []
