@@ -14,13 +14,26 @@ Ours, per preset (random init, weights and compute in `--dtype`):
   `floor_ms` is the weights read once per token at `--hbm-tb-s` (H200: 4.8 TB/s), `state_floor_ms` adds the
   cache read and written once;
 - `generate` B:P: `generate` of `--tokens` new tokens after a P-token prompt, prefill included, in tokens/s,
-  with the cache's bytes per sequence (constant in P for the linear models).
-Every time is the best of `--repeats` runs after one compiling run. With `--fla`, `benchmarks/inference_fla.py`
+  with the cache's bytes per sequence (constant in P for the linear models);
+- with `--profile` (GPU only), `decode profile` B:P for the first `--decode` shape: one decode loop traced
+  (`jax.profiler`), its GPU kernels per token, their busy time per token and its split by kind (matmul, XLA
+  fusion, copy, Pallas/other). Busy time near `floor_ms` with a decode time far above it means the step is
+  bound by launches, not by memory: fewer kernels per token (or CUDA graphs) is then the way down;
+- with `--count-ops` (any backend), `decode step ops` B: the operations of one compiled decode step's entry
+  computation by opcode (on a GPU each fusion, dot/GEMM and custom call is a kernel launch; on the CPU the
+  count shows the step's structure, not the GPU's fusion).
+Every time is the best of `--repeats` runs after one compiling run; each record of ours keeps the process's
+`XLA_FLAGS` (for example `--xla_gpu_enable_command_buffer=+WHILE,+CONDITIONAL`, the decode loop as one CUDA
+graph, set per process). With `--fla`, `benchmarks/inference_fla.py`
 times fla's model of each preset's plain backbone (once per backbone) in the same process (bf16, CUDA) and the
 table gives the ratio; CCQ presets are compared with their backbone's fla model.
 """
 
 import argparse
+import collections
+import os
+import re
+import tempfile
 import time
 
 import jax
@@ -28,7 +41,9 @@ import numpy as np
 from flax import nnx
 
 from benchmarks import records
-from ccq_jax.inference import cache_nbytes, decode, generate, init_cache, prefill, split_model
+from benchmarks.gpu_trace import gpu_kernels, kind, perfetto_file, trace_events
+from ccq_jax.inference import (SplitModel, cache_nbytes, decode, decode_step, generate, init_cache, prefill,
+                               split_model)
 from ccq_jax.models import CausalLM, count_params, get_config
 
 
@@ -48,14 +63,62 @@ def _prompt(batch: int, length: int, vocab: int, seed: int = 0):
     return jax.numpy.asarray(np.random.default_rng(seed).integers(0, vocab, (batch, length)), jax.numpy.int32)
 
 
-def ours(preset: str, dtype: str, prefills, decodes, generates, tokens: int, repeats: int, hbm_tb_s: float):
+def kernel_summary(events: list, tokens: int) -> dict:
+    """GPU kernels per token of a traced decode loop of `tokens` tokens: count, busy milliseconds, and busy
+    milliseconds by kind (`benchmarks.gpu_trace.kind`), from the trace's events."""
+    kernels = gpu_kernels(events)
+    by_kind = collections.Counter()
+    for e in kernels:
+        by_kind[kind(e["name"])] += float(e.get("dur", 0.0)) / 1e3 / tokens
+    return {"kernels_per_token": len(kernels) / tokens, "kernel_ms_per_token": sum(by_kind.values()),
+            "by_kind_ms": dict(by_kind.most_common())}
+
+
+def _profile_decode(served, first, cache, tokens: int) -> dict:
+    """kernel_summary of one traced decode loop (compiled beforehand by the timing)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        with jax.profiler.trace(tmp, create_perfetto_trace=True):
+            jax.block_until_ready(decode(served, first, cache, tokens)[0])
+        return kernel_summary(trace_events(perfetto_file(tmp)), tokens)
+
+
+NOT_LAUNCHED = ("parameter", "constant", "bitcast", "get-tuple-element", "tuple")
+
+
+def entry_ops(hlo_text: str) -> dict:
+    """{opcode: count} of the ENTRY computation of compiled HLO text, without the opcodes that launch nothing."""
+    entry = hlo_text[hlo_text.index("\nENTRY"):]
+    entry = entry[:entry.index("\n}")]
+    ops = collections.Counter(m[1] for m in re.finditer(r"=\s*\S+\s+([a-z][\w-]*)\(", entry))
+    return {op: n for op, n in ops.most_common() if op not in NOT_LAUNCHED}
+
+
+def decode_step_ops(served: SplitModel, batch: int, max_length: int) -> dict:
+    """entry_ops of one decode step (`decode_step`) compiled for the default backend; nothing is run."""
+    cache = jax.eval_shape(lambda: init_cache(served, batch, max_length))
+    tokens = jax.ShapeDtypeStruct((batch,), jax.numpy.int32)
+    step = jax.jit(lambda state, t, c: decode_step(SplitModel(served.graphdef, state), t, c))
+    return entry_ops(step.lower(served.state, tokens, cache).compile().as_text())
+
+
+def ours(preset: str, dtype: str, prefills, decodes, generates, tokens: int, repeats: int, hbm_tb_s: float,
+         profile: bool = False, count_ops: bool = False):
     """Records of our side for one preset (see the module docstring)."""
+    if profile and jax.default_backend() != "gpu":
+        raise ValueError(f"profile: the decode profile reads GPU kernels; expected a GPU backend, got "
+                         f"{jax.default_backend()!r}")
     config = get_config(preset, dtype=dtype, param_dtype=dtype)
     model = CausalLM(config, rngs=nnx.Rngs(0))
     served = split_model(model)
     weight_bytes = count_params(config) * np.dtype(dtype).itemsize
-    base = {"side": "ours", "preset": preset, "dtype": dtype, "device": jax.devices()[0].device_kind}
+    base = {"side": "ours", "preset": preset, "dtype": dtype, "device": jax.devices()[0].device_kind,
+            "xla_flags": os.environ.get("XLA_FLAGS", "")}
     records = [{**base, "what": "split", "ms": 1e3 * best_seconds(lambda: nnx.split(model)[1], repeats)}]
+    if count_ops:
+        for b in sorted({b for b, _ in decodes}):
+            ops = decode_step_ops(served, b, 2 * tokens)
+            records.append({**base, "what": "decode step ops", "batch": b, "ops": sum(ops.values()), "by_op": ops,
+                            "per_layer": sum(ops.values()) / config.num_hidden_layers})
     for b, p in prefills:
         ids = _prompt(b, p, config.vocab_size)
         for what, m in (("prefill", served), ("prefill, re-split", model)):
@@ -69,6 +132,9 @@ def ours(preset: str, dtype: str, prefills, decodes, generates, tokens: int, rep
         records.append({**base, "what": "decode", "batch": b, "prompt": p, "ms": 1e3 * seconds,
                         "floor_ms": 1e3 * floor, "state_floor_ms": 1e3 * (floor + 2 * cache_nbytes(cache) /
                                                                             (hbm_tb_s * 1e12))})
+        if profile and (b, p) == decodes[0]:
+            records.append({**base, "what": "decode profile", "batch": b, "prompt": p,
+                            **_profile_decode(served, first, cache, tokens)})
     for b, p in generates:
         ids = _prompt(b, p, config.vocab_size)
         seconds = best_seconds(lambda: generate(served, ids, tokens), repeats)
@@ -84,7 +150,7 @@ def table(records) -> str:
     fla = {(r["preset"], r["what"], r.get("batch"), r.get("prompt")): r["ms"] for r in records if r["side"] == "fla"}
     lines = ["| preset | what | B | P | ours ms | fla ms | ours / fla | fla HF generate ms | floor ms | tokens/s |",
              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    for r in (r for r in records if r["side"] == "ours"):
+    for r in (r for r in records if r["side"] == "ours" and "ms" in r):
         plain = r["preset"].removeprefix("ccq-")  # a CCQ preset is compared with fla's model of its backbone
         theirs = fla.get((plain, r["what"], r.get("batch"), r.get("prompt")))
         hf = fla.get((plain, "decode, HF generate", r.get("batch"), r.get("prompt"))) if r["what"] == "decode" else None
@@ -118,13 +184,16 @@ def main(argv=None) -> int:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--hbm-tb-s", type=float, default=4.8, help="memory bandwidth for the decode floor")
     p.add_argument("--fla", action="store_true", help="also time fla's plain backbones (needs torch, fla, CUDA)")
+    p.add_argument("--profile", action="store_true", help="trace the first decode shape's GPU kernels per token")
+    p.add_argument("--count-ops", action="store_true", help="count the operations of one compiled decode step")
     p.add_argument("--out", help="JSON lines, appended")
     a = p.parse_args(argv)
     if a.tokens < 1 or a.repeats < 1:
         p.error(f"--tokens and --repeats: expected >= 1, got {a.tokens} and {a.repeats}")
     results = []
     for preset in a.presets.split(","):
-        new = ours(preset, a.dtype, a.prefill, a.decode, a.generate, a.tokens, a.repeats, a.hbm_tb_s)
+        new = ours(preset, a.dtype, a.prefill, a.decode, a.generate, a.tokens, a.repeats, a.hbm_tb_s, a.profile,
+                   a.count_ops)
         plain = preset.removeprefix("ccq-")
         if a.fla and not any(r["side"] == "fla" and r["preset"] == plain for r in results):
             from benchmarks.inference_fla import fla_records  # torch only when asked for
@@ -133,6 +202,12 @@ def main(argv=None) -> int:
         results += records.show(new)
     records.append(a.out, results)
     print(table(results))
+    for r in (r for r in results if r["what"] == "decode step ops"):
+        print(f"{r['preset']} decode step B={r['batch']}: {r['ops']} operations ({r['per_layer']:.1f} per layer): "
+              f"{r['by_op']}")
+    for r in (r for r in results if r["what"] == "decode profile"):
+        print(f"{r['preset']} decode B={r['batch']} P={r['prompt']}: {r['kernels_per_token']:.0f} kernels and "
+              f"{r['kernel_ms_per_token']:.3f} ms of kernel time per token, by kind {r['by_kind_ms']}")
     return 0
 
 

@@ -20,7 +20,7 @@ import tempfile
 import jax
 
 from benchmarks import records
-from benchmarks.step_profile import gpu_kernels, perfetto_file, trace_events
+from benchmarks.gpu_trace import gpu_kernels, perfetto_file, trace_events
 from benchmarks.train_throughput import measure
 from train.sharding import MESH_AXES, MeshConfig
 

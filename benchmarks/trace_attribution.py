@@ -21,7 +21,7 @@ import json
 import pathlib
 import re
 
-from benchmarks.step_profile import gpu_kernels, trace_events
+from benchmarks.gpu_trace import gpu_kernels, trace_events
 
 _SCAFFOLD = re.compile(r"^jit\(<lambda>\)/(while/body/eval_jaxpr/)*")
 

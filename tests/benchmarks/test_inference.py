@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.inference import best_seconds, shapes, ours, table
+from benchmarks.inference import best_seconds, entry_ops, kernel_summary, shapes, ours, table
 
 
 def test_our_side_measures_each_kind_on_a_tiny_preset():
@@ -52,3 +52,57 @@ def test_the_timer_waits_on_the_warm_up_and_on_every_timed_run():
     waited = []
     assert best_seconds(lambda: len(waited), 3, wait=waited.append) >= 0
     assert waited == [0, 1, 2, 3]
+
+
+def _track(pid, tid, process, thread):
+    return [{"ph": "M", "name": "process_name", "pid": pid, "args": {"name": process}},
+            {"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": thread}}]
+
+
+def test_the_decode_profile_counts_gpu_kernels_per_token_by_kind():
+    events = _track(1, 7, "/device:GPU:0", "Stream #13(Compute)") + _track(2, 1, "/host:CPU", "python")
+    kernels = [("nvjet_hsh_128x64", 30.0), ("loop_multiply_fusion", 4.0), ("input_reduce_fusion", 6.0),
+               ("triton_gla_decode", 10.0)] * 4  # 4 tokens
+    events += [{"ph": "X", "pid": 1, "tid": 7, "name": n, "dur": d} for n, d in kernels]
+    events += [{"ph": "X", "pid": 2, "tid": 1, "name": "PjitFunction(decode)", "dur": 9e3}]  # host: not counted
+    got = kernel_summary(events, tokens=4)
+    assert got["kernels_per_token"] == 4
+    assert got["kernel_ms_per_token"] == pytest.approx(0.050)
+    assert got["by_kind_ms"] == pytest.approx({"matmul": 0.030, "fusion": 0.010, "pallas/other": 0.010})
+
+
+def test_the_decode_profile_is_refused_off_a_gpu():
+    with pytest.raises(ValueError, match="profile: the decode profile reads GPU kernels; expected a GPU backend"):
+        ours("gla-tiny", "float32", [], [(1, 8)], [], tokens=2, repeats=1, hbm_tb_s=1.0, profile=True)
+
+
+HLO = """HloModule jit_step
+
+%fused_computation (p: f32[4]) -> f32[4] {
+  %p = f32[4]{0} parameter(0)
+  ROOT %e = f32[4]{0} exponential(%p)
+}
+
+ENTRY %main (a: f32[4], b: f32[4,4]) -> (f32[4], f32[4]) {
+  %a = f32[4]{0} parameter(0)
+  %b = f32[4,4]{1,0} parameter(1)
+  %f = f32[4]{0} fusion(%a), kind=kLoop, calls=%fused_computation
+  %d = f32[4]{0} dot(%f, %b), lhs_contracting_dims={0}, rhs_contracting_dims={0}
+  %g = f32[4]{0} fusion(%d), kind=kLoop, calls=%fused_computation
+  ROOT %t = (f32[4]{0}, f32[4]{0}) tuple(%g, %d)
+}
+"""
+
+
+def test_entry_ops_count_what_the_entry_launches():
+    assert entry_ops(HLO) == {"fusion": 2, "dot": 1}  # not the fused computation's exponential, nor parameters
+
+
+def test_the_decode_step_ops_are_counted_per_batch_and_layer():
+    records = ours("gla-tiny", "float32", [], [(1, 8), (2, 8)], [], tokens=2, repeats=1, hbm_tb_s=1.0,
+                   count_ops=True)
+    counted = [r for r in records if r["what"] == "decode step ops"]
+    assert [r["batch"] for r in counted] == [1, 2]
+    for r in counted:
+        assert r["by_op"].get("dot", 0) + r["by_op"].get("fusion", 0) > 0 and r["ops"] == sum(r["by_op"].values())
+        assert r["per_layer"] == r["ops"] / 2  # gla-tiny has 2 layers
