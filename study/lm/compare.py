@@ -20,8 +20,10 @@ import pathlib
 import re
 import statistics
 
-# (model, the model it is compared with): CCQ against its backbone, and the paper's fixed-gate ablation
-PAIRS = (("ccq-gla-100m", "gla-100m"), ("ccq-gdn-100m", "gdn-100m"), ("ccq-gla-100m-fixed", "ccq-gla-100m"))
+# (model, the model it is compared with): CCQ against its backbone, with the retrieval share in training too
+# (folders named RUN-retrieval1600: `RETRIEVAL_DOCUMENTS=1600`), and the paper's fixed-gate ablation
+PAIRS = (("ccq-gla-100m", "gla-100m"), ("ccq-gdn-100m", "gdn-100m"),
+         ("ccq-gla-100m-retrieval1600", "gla-100m-retrieval1600"), ("ccq-gla-100m-fixed", "ccq-gla-100m"))
 LENGTHS = (2048, 4096, 8192, 16384)
 SEED_SUFFIX = re.compile(r"^(?P<model>.+)-seed(?P<seed>\d+)$")
 

@@ -6,16 +6,18 @@
 # RUN is a run name of runs.yaml, OUT the folder for everything that should come back (metrics, logs, eval JSON
 # and PNGs; not the checkpoint), CORPUS_TAR the pack of `python -m study.debian_corpus pack` (default
 # corpus.tar.xz). Extra `--set` overrides go to ccq-train (smoke tests). The corpus is unpacked and tokenised
-# once into $STUDY_WORK (default /tmp/study); the checkpoint stays in $STUDY_WORK/runs/RUN
-# (ccq-train's workdir is $STUDY_WORK/runs). After training, the
+# once into $STUDY_WORK (default /tmp/study); the checkpoint stays in $STUDY_WORK/runs/NAME/RUN, NAME being OUT's
+# last component (ccq-train's workdir is $STUDY_WORK/runs/NAME): a later call with the same OUT name on the same
+# machine resumes it, and a run at another seed or with another mix (another OUT name) never resumes an earlier
+# one's checkpoint. After training, the
 # evaluations run side by side as separate processes (their compilations dominate and use one core each):
 # held-out perplexity at 2048, perplexity at 2K-16K through the recurrent cache, S-NIAH single_1/2/3 at 1K-8K,
 # Delta-mu, and for CCQ models each again with CCQ off. Each writes OUT/<name>/ and OUT/<name>.log.
 # RETRIEVAL_DOCUMENTS=N (default 0: none) adds N S-NIAH-format documents to the training data
 # (study/retrieval_docs.py; the docs that report such a run must say so).
-# EVALUATE_ONLY="NAME ..." (for example "niah niah_ccq_off") skips training and runs only the named evaluations
-# on the checkpoint already in $STUDY_WORK/runs/RUN: how a later call on the same machine finishes a run whose
-# call stopped during its evaluations.
+# EVALUATE_ONLY="EVALUATION ..." (for example "niah niah_ccq_off") skips training and runs only those evaluations
+# on the checkpoint already in $STUDY_WORK/runs/NAME/RUN (the same OUT name as the call that trained it): how a
+# later call on the same machine finishes a run whose call stopped during its evaluations.
 set -euo pipefail
 run=$1 out=$2
 tarball=${3:-corpus.tar.xz}
@@ -23,7 +25,8 @@ shift $(( $# < 3 ? $# : 3 ))
 py=${PYTHON:-python3}
 work=${STUDY_WORK:-/tmp/study}
 corpus=$work/corpus
-ckpt=$work/runs/$run
+runs=$work/runs/$(basename "$out")
+ckpt=$runs/$run
 mkdir -p "$out" "$work"
 begin=$(date +%s)
 stamp() { echo "[$(( $(date +%s) - begin )) s] $*" | tee -a "$out/timeline.txt"; }
@@ -54,10 +57,10 @@ if [ -n "$only" ]; then
     esac
   done
 else
-  $py -m train --config study/lm/runs.yaml --only "$run" --workdir "$work/runs" --no-progress \
+  $py -m train --config study/lm/runs.yaml --only "$run" --workdir "$runs" --no-progress \
     --set "data.paths=[$paths]" --set "data.tokenizer=$corpus/tokenizer/tokenizer.json" "$@" \
     > "$out/train.log" 2>&1
-  cp "$ckpt"/metrics.jsonl "$work"/runs/summary.json "$work"/runs/loss_curves.png "$out/"
+  cp "$ckpt"/metrics.jsonl "$runs"/summary.json "$runs"/loss_curves.png "$out/"
   stamp "trained"
 fi
 

@@ -11,14 +11,14 @@ SCRIPT = pathlib.Path(__file__).resolve().parents[2] / "study" / "lm" / "run.sh"
 
 FAKE_PYTHON = """#!/usr/bin/env bash
 echo "$*" >> "$CALLS"
-if [ "$2" = train ]; then
-  mkdir -p "$STUDY_WORK/runs/$RUN" && touch "$STUDY_WORK/runs/$RUN/metrics.jsonl" \\
-    "$STUDY_WORK/runs/summary.json" "$STUDY_WORK/runs/loss_curves.png"
+if [ "$2" = train ]; then  # ccq-train: the run's checkpoint folder under --workdir, and the workdir's summary
+  while [ "$1" != --workdir ]; do shift; done
+  mkdir -p "$2/$RUN" && touch "$2/$RUN/metrics.jsonl" "$2/summary.json" "$2/loss_curves.png"
 fi
 """
 
 
-def _run(tmp_path, run, **env):
+def _run(tmp_path, run, out="out", **env):
     work = tmp_path / "work"
     (work / "corpus" / "shards" / "heldout").mkdir(parents=True, exist_ok=True)
     (work / "corpus" / "shards" / "heldout" / "manifest.json").write_text("{}")
@@ -28,7 +28,7 @@ def _run(tmp_path, run, **env):
     calls = tmp_path / "calls.txt"
     calls.write_text("")
     full_env = {**os.environ, "PYTHON": str(fake), "STUDY_WORK": str(work), "CALLS": str(calls), "RUN": run, **env}
-    proc = subprocess.run(["bash", str(SCRIPT), run, str(tmp_path / "out")], env=full_env, capture_output=True,
+    proc = subprocess.run(["bash", str(SCRIPT), run, str(tmp_path / out)], env=full_env, capture_output=True,
                           text=True, cwd=SCRIPT.parents[2])
     commands = [line.split()[:3] for line in calls.read_text().splitlines()]
     return proc, commands
@@ -49,6 +49,17 @@ def test_evaluate_only_skips_training_and_other_evaluations(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert commands == [["-m", "eval", "niah"]]
     assert "niah done" in (tmp_path / "out" / "timeline.txt").read_text()
+
+
+def test_each_out_name_keeps_its_own_checkpoint(tmp_path):
+    """A run at another seed on the same machine (another OUT name) trains its own checkpoint instead of resuming
+    the first one's; EVALUATE_ONLY finds a checkpoint only under the OUT name that trained it."""
+    _run(tmp_path, "gla-100m", out="gla-100m-seed1")
+    _run(tmp_path, "gla-100m", out="gla-100m-seed2")
+    assert sorted(p.name for p in (tmp_path / "work" / "runs").iterdir()) == ["gla-100m-seed1", "gla-100m-seed2"]
+    assert (tmp_path / "work" / "runs" / "gla-100m-seed2" / "gla-100m" / "metrics.jsonl").exists()
+    proc, _ = _run(tmp_path, "gla-100m", out="gla-100m-seed3", EVALUATE_ONLY="niah")
+    assert proc.returncode == 2 and "gla-100m-seed3/gla-100m" in proc.stderr
 
 
 @pytest.mark.parametrize("only, message", [("niah", "expected a trained checkpoint"),
