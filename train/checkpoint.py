@@ -2,12 +2,43 @@
 directory and renames), keep-N. One checkpoint holds the train state (parameters, optimizer
 state, step), the data iterator's state (host data; batches made on the device depend on the
 step alone and have none), and the resolved config, so a restart resumes the exact run.
+
+A workdir is resumed only by the run that wrote it: `resume_conflicts` names the settings of the current config
+that differ from the saved one, other than those of `MAY_CHANGE_ON_RESUME` (how the run is executed and
+reported, not what it computes). Resuming another seed, model, data or schedule from a finished checkpoint
+would otherwise train nothing, or something else, and say nothing.
 """
 
+import json
 import pathlib
 
 import grain
 import orbax.checkpoint as ocp
+
+
+# dotted config keys (and their sub-keys) a resumed run may change
+MAY_CHANGE_ON_RESUME = ("name", "mesh", "log_every", "steps_per_call", "eval_batches", "checkpoint_every",
+                        "keep_checkpoints", "async_checkpoint", "on_nan", "peak_tflops", "loss_chunk_len",
+                        "data.read_threads", "data.prefetch_batches")
+
+
+def _flat(config: dict, prefix: str = "") -> dict:
+    out = {}
+    for key, value in config.items():
+        if isinstance(value, dict) and value:
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def resume_conflicts(saved: dict, current: dict) -> list[str]:
+    """The dotted keys whose values differ between a checkpoint's saved config and the current one (both as
+    `TrainConfig.to_dict()` gives them), except MAY_CHANGE_ON_RESUME and its sub-keys: "key: saved -> current"."""
+    old, new = _flat(saved), _flat(json.loads(json.dumps(current)))
+    may_change = lambda key: any(key == k or key.startswith(k + ".") for k in MAY_CHANGE_ON_RESUME)
+    return [f"{key}: {old.get(key)!r} -> {new.get(key)!r}" for key in sorted(set(old) | set(new))
+            if not may_change(key) and old.get(key) != new.get(key)]
 
 
 class Checkpointer:
@@ -30,6 +61,10 @@ class Checkpointer:
             args=ocp.args.Composite(state=ocp.args.StandardSave(state), config=ocp.args.JsonSave(config), **data),
             force=force,
         )
+
+    def saved_config(self, step: int) -> dict:
+        """The config saved with `step` (as `TrainConfig.to_dict()` gave it)."""
+        return self.manager.restore(step, args=ocp.args.Composite(config=ocp.args.JsonRestore())).config
 
     def restore(self, step: int, abstract_state, data_iterator):
         """The state of `step`, with `data_iterator` (None: no iterator) moved to where it was (the saved config is

@@ -24,7 +24,7 @@ from tqdm import tqdm
 
 from ccq_jax.models import count_params, get_config
 from ccq_jax.progress import progress as progress_bar
-from train.checkpoint import Checkpointer
+from train.checkpoint import Checkpointer, resume_conflicts
 from train.config import TrainConfig
 from train.data import build_pipeline
 from train.metrics import MetricsWriter, ReadRates, plot_curves, read_metrics
@@ -199,6 +199,13 @@ def _host_batches(it, n: int, steps_per_call: int, mesh) -> dict:
 
 def _train(cfg: TrainConfig, workdir: pathlib.Path, progress: bool, preempted: _Preempted) -> dict:
     begin = time.perf_counter()
+    ckpt = Checkpointer(workdir / "checkpoints", max_to_keep=cfg.keep_checkpoints, async_save=cfg.async_checkpoint)
+    if ckpt.latest_step() is not None:
+        conflicts = resume_conflicts(ckpt.saved_config(ckpt.latest_step()), cfg.to_dict())
+        if conflicts:
+            ckpt.close()
+            raise ValueError(f"workdir: {workdir} holds a checkpoint of a run with other settings "
+                             f"({'; '.join(conflicts)}); resume it with its own config, or train in another workdir")
     mesh = make_mesh(cfg.mesh)
     pipeline = build_pipeline(cfg.data)
     mcfg = model_config(cfg, pipeline.vocab_size)
@@ -213,7 +220,6 @@ def _train(cfg: TrainConfig, workdir: pathlib.Path, progress: bool, preempted: _
     n_params = count_params(mcfg)
 
     it = iter(pipeline.dataset) if synthetic is None else None
-    ckpt = Checkpointer(workdir / "checkpoints", max_to_keep=cfg.keep_checkpoints, async_save=cfg.async_checkpoint)
     if ckpt.latest_step() is not None:
         abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, state)
         state = ckpt.restore(ckpt.latest_step(), abstract, it)
