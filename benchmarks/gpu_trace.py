@@ -9,6 +9,10 @@ import gzip
 import json
 import pathlib
 import re
+import shutil
+import tempfile
+
+import jax
 
 KINDS = (("matmul", r"gemm|cutlass|nvjet|cublas|xmma|sm90_"), ("copy", r"copy|transpose|memcpy|memset"),
          ("fusion", r"fusion|loop_|input_|reduce"))
@@ -50,11 +54,30 @@ def perfetto_file(folder) -> pathlib.Path:
     return next(pathlib.Path(folder).rglob("perfetto_trace.json.gz"))
 
 
-def kernel_times(path: pathlib.Path) -> tuple[dict[str, float], dict[str, dict]]:
-    """(microseconds per kernel name, the first event's args per name) over the GPU tracks of a Perfetto JSON."""
-    events = trace_events(path)
+def trace_call(run, keep: str | None = None) -> list:
+    """The events of a Perfetto trace of one call of `run` (waited for); `keep`: also copy the trace file there."""
+    with tempfile.TemporaryDirectory() as tmp:
+        with jax.profiler.trace(tmp, create_perfetto_trace=True):
+            jax.block_until_ready(run())
+        path = perfetto_file(tmp)
+        if keep:
+            pathlib.Path(keep).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, keep)
+        return trace_events(path)
+
+
+def kernel_times(kernels: list) -> tuple[dict[str, float], dict[str, dict]]:
+    """(microseconds per kernel name, the first event's args per name) of kernel events (`gpu_kernels`)."""
     totals, args = collections.Counter(), {}
-    for e in gpu_kernels(events):
+    for e in kernels:
         totals[e["name"]] += float(e.get("dur", 0.0))
         args.setdefault(e["name"], e.get("args", {}))
     return dict(totals), args
+
+
+def by_kind(times: dict[str, float]) -> dict[str, float]:
+    """{kernel name: time} summed by `kind`, largest first."""
+    totals = collections.Counter()
+    for name, t in times.items():
+        totals[kind(name)] += t
+    return dict(totals.most_common())

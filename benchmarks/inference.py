@@ -33,7 +33,6 @@ import argparse
 import collections
 import os
 import re
-import tempfile
 import time
 
 import jax
@@ -41,7 +40,7 @@ import numpy as np
 from flax import nnx
 
 from benchmarks import records
-from benchmarks.gpu_trace import gpu_kernels, kind, perfetto_file, trace_events
+from benchmarks.gpu_trace import by_kind, gpu_kernels, kernel_times, trace_call
 from ccq_jax.inference import (SplitModel, cache_nbytes, decode, decode_step, generate, init_cache, prefill,
                                split_model)
 from ccq_jax.models import CausalLM, count_params, get_config
@@ -67,19 +66,14 @@ def kernel_summary(events: list, tokens: int) -> dict:
     """GPU kernels per token of a traced decode loop of `tokens` tokens: count, busy milliseconds, and busy
     milliseconds by kind (`benchmarks.gpu_trace.kind`), from the trace's events."""
     kernels = gpu_kernels(events)
-    by_kind = collections.Counter()
-    for e in kernels:
-        by_kind[kind(e["name"])] += float(e.get("dur", 0.0)) / 1e3 / tokens
-    return {"kernels_per_token": len(kernels) / tokens, "kernel_ms_per_token": sum(by_kind.values()),
-            "by_kind_ms": dict(by_kind.most_common())}
+    per_kind = {k: us / 1e3 / tokens for k, us in by_kind(kernel_times(kernels)[0]).items()}
+    return {"kernels_per_token": len(kernels) / tokens, "kernel_ms_per_token": sum(per_kind.values()),
+            "by_kind_ms": per_kind}
 
 
 def _profile_decode(served, first, cache, tokens: int) -> dict:
     """kernel_summary of one traced decode loop (compiled beforehand by the timing)."""
-    with tempfile.TemporaryDirectory() as tmp:
-        with jax.profiler.trace(tmp, create_perfetto_trace=True):
-            jax.block_until_ready(decode(served, first, cache, tokens)[0])
-        return kernel_summary(trace_events(perfetto_file(tmp)), tokens)
+    return kernel_summary(trace_call(lambda: decode(served, first, cache, tokens)[0]), tokens)
 
 
 NOT_LAUNCHED = ("parameter", "constant", "bitcast", "get-tuple-element", "tuple")

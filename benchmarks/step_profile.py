@@ -13,37 +13,22 @@ JAX operation each kernel came from.
 """
 
 import argparse
-import collections
 import json
 import pathlib
-import shutil
-import tempfile
-
-import jax
 
 from ccq_jax.configlib import parse_overrides
-from benchmarks.gpu_trace import kernel_times, kind, perfetto_file
+from benchmarks.gpu_trace import by_kind, gpu_kernels, kernel_times, trace_call
 from benchmarks.train_loop import case_config, device_steps, timed_steps
 from train.sharding import make_mesh
 
 
 def trace(run, state, batch, steps: int, keep: str | None) -> dict:
     """Kernel time per step of `steps` steps of the compiled `run`, by kernel name and by kind."""
-    with tempfile.TemporaryDirectory() as tmp:
-        with jax.profiler.trace(tmp, create_perfetto_trace=True):
-            jax.block_until_ready(run(state, batch))
-        path = perfetto_file(tmp)
-        totals, args = kernel_times(path)
-        if keep:
-            pathlib.Path(keep).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(path, keep)
+    totals, args = kernel_times(gpu_kernels(trace_call(lambda: run(state, batch), keep)))
     per_step = {name: us / steps for name, us in totals.items()}
-    by_kind = collections.Counter()
-    for name, us in per_step.items():
-        by_kind[kind(name)] += us
     top = sorted(per_step.items(), key=lambda x: -x[1])[:40]
     return {"kernel_ms_per_step": sum(per_step.values()) / 1e3,
-            "by_kind_ms": {k: v / 1e3 for k, v in by_kind.most_common()},
+            "by_kind_ms": {k: v / 1e3 for k, v in by_kind(per_step).items()},
             "top_kernels_ms": {n: us / 1e3 for n, us in top},
             "top_kernel_args": {n: args[n] for n, _ in top}}
 

@@ -47,14 +47,37 @@ if [ "${RETRIEVAL_DOCUMENTS:-0}" -gt 0 ]; then
   paths=$paths,$extra/shards
 fi
 stamp "corpus ready"
+heldout=$corpus/documents/heldout
 only=${EVALUATE_ONLY:-}
+planned=()  # filled instead of running while `planning` is set
+evaluate() {  # NAME COMMAND [ARGS...]: one ccq-eval command on the checkpoint, in the background
+  local name=$1; shift
+  if [ -n "${planning:-}" ]; then planned+=("$name"); return 0; fi
+  [ -z "$only" ] || [[ " $only " == *" $name "* ]] || return 0
+  XLA_PYTHON_CLIENT_PREALLOCATE=false $py -m eval "$@" --checkpoint "$ckpt" \
+    --tokenizer "$corpus/tokenizer/tokenizer.json" --out "$out/$name" --no-progress > "$out/$name.log" 2>&1 \
+    && stamp "$name done" || stamp "$name FAILED (see $name.log)" &
+}
+modes=(on)
+case $run in ccq-*) modes+=(off) ;; esac
+evaluations() {  # every evaluation of this run: CCQ models' also with CCQ off
+  for mode in "${modes[@]}"; do
+    tag=$([ "$mode" = off ] && echo "_ccq_off" || true)
+    evaluate "ppl$tag" ppl --ccq "$mode" --data "$heldout" --window 2048 --batch-size 16
+    evaluate "extrapolation$tag" extrapolation --ccq "$mode" --data "$heldout" --lengths 2048,4096,8192,16384 \
+      --pack --batch-size 16
+    evaluate "niah$tag" niah --ccq "$mode" --tasks niah_single_1,niah_single_2,niah_single_3 \
+      --lengths 1024,2048,4096,8192 --depths 0,25,50,75,100 --num-samples 4 --batch-size 20
+    evaluate "delta_mu$tag" delta-mu --ccq "$mode"
+  done
+}
+
 if [ -n "$only" ]; then
   [ -d "$ckpt" ] || { echo "EVALUATE_ONLY: expected a trained checkpoint in $ckpt, found none" >&2; exit 2; }
+  planning=1 evaluations
   for name in $only; do
-    case $name in ppl|extrapolation|niah|delta_mu|ppl_ccq_off|extrapolation_ccq_off|niah_ccq_off|delta_mu_ccq_off) ;;
-      *) echo "EVALUATE_ONLY: expected names among ppl extrapolation niah delta_mu (each also with _ccq_off)," \
-           "got $name" >&2; exit 2 ;;
-    esac
+    [[ " ${planned[*]} " == *" $name "* ]] \
+      || { echo "EVALUATE_ONLY: expected names among ${planned[*]} (those of $run), got $name" >&2; exit 2; }
   done
 else
   $py -m train --config study/lm/runs.yaml --only "$run" --workdir "$runs" --no-progress \
@@ -64,24 +87,6 @@ else
   stamp "trained"
 fi
 
-heldout=$corpus/documents/heldout
-evaluate() {  # NAME COMMAND [ARGS...]: one ccq-eval command on the checkpoint, in the background
-  local name=$1; shift
-  [ -z "$only" ] || [[ " $only " == *" $name "* ]] || return 0
-  XLA_PYTHON_CLIENT_PREALLOCATE=false $py -m eval "$@" --checkpoint "$ckpt" \
-    --tokenizer "$corpus/tokenizer/tokenizer.json" --out "$out/$name" --no-progress > "$out/$name.log" 2>&1 \
-    && stamp "$name done" || stamp "$name FAILED (see $name.log)" &
-}
-modes=(on)
-case $run in ccq-*) modes+=(off) ;; esac
-for mode in "${modes[@]}"; do
-  tag=$([ "$mode" = off ] && echo "_ccq_off" || true)
-  evaluate "ppl$tag" ppl --ccq "$mode" --data "$heldout" --window 2048 --batch-size 16
-  evaluate "extrapolation$tag" extrapolation --ccq "$mode" --data "$heldout" --lengths 2048,4096,8192,16384 --pack \
-    --batch-size 16
-  evaluate "niah$tag" niah --ccq "$mode" --tasks niah_single_1,niah_single_2,niah_single_3 \
-    --lengths 1024,2048,4096,8192 --depths 0,25,50,75,100 --num-samples 4 --batch-size 20
-  evaluate "delta_mu$tag" delta-mu --ccq "$mode"
-done
+evaluations
 wait
 stamp "evaluated"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.inference import best_seconds, entry_ops, kernel_summary, shapes, ours, table
+from benchmarks.inference import best_seconds, entry_ops, kernel_summary, main, shapes, ours, table
 
 
 def test_our_side_measures_each_kind_on_a_tiny_preset():
@@ -106,3 +106,9 @@ def test_the_decode_step_ops_are_counted_per_batch_and_layer():
     for r in counted:
         assert r["by_op"].get("dot", 0) + r["by_op"].get("fusion", 0) > 0 and r["ops"] == sum(r["by_op"].values())
         assert r["per_layer"] == r["ops"] / 2  # gla-tiny has 2 layers
+
+
+def test_the_command_refuses_no_tokens_or_repeats(capsys):
+    with pytest.raises(SystemExit):
+        main(["--presets", "gla-tiny", "--tokens", "0"])
+    assert "--tokens and --repeats: expected >= 1, got 0 and 3" in capsys.readouterr().err

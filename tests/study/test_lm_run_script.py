@@ -71,3 +71,14 @@ def test_evaluate_only_rejects_a_missing_checkpoint_or_unknown_name(tmp_path, on
     assert proc.returncode == 2
     assert message in proc.stderr
     assert commands == []
+
+
+def test_evaluate_only_accepts_only_the_runs_own_evaluations(tmp_path):
+    """A plain backbone has no CCQ-off evaluations: asking for one is refused instead of running nothing."""
+    _run(tmp_path, "gdn-100m")
+    proc, commands = _run(tmp_path, "gdn-100m", EVALUATE_ONLY="niah_ccq_off")
+    assert proc.returncode == 2 and commands == []
+    assert "expected names among ppl extrapolation niah delta_mu (those of gdn-100m), got niah_ccq_off" in proc.stderr
+    _run(tmp_path, "ccq-gdn-100m")
+    proc, commands = _run(tmp_path, "ccq-gdn-100m", EVALUATE_ONLY="niah_ccq_off")
+    assert proc.returncode == 0 and commands == [["-m", "eval", "niah"]]
