@@ -3,14 +3,16 @@
     PYTHONPATH=. python benchmarks/inference.py --out inference.jsonl                 # ours, the 1.3B presets
     PYTHONPATH=. python benchmarks/inference.py --fla --out inference.jsonl           # and fla's, same call (GPU)
     PYTHONPATH=. python benchmarks/inference.py --presets gla-tiny --prefill 1:64 --decode 1:64 \
-        --generate 2:32 --tokens 8 --dtype float32                                    # a CPU smoke run
+        --generate 2:32 --tokens 8 --dtype float32 --attn-impl chunk                  # a CPU smoke run
 
-Ours, per preset (random init, weights and compute in `--dtype`):
+Ours, per preset (random init, weights and compute in `--dtype`, prefill through `--attn-impl`, default the Pallas
+kernels):
 - `split`: the host time of `nnx.split(model)`, which every inference call on a module pays and a
   `SplitModel` (`ccq_jax.inference.split_model`) pays once;
 - `prefill` B:P: `prefill` of a random prompt from a fresh `init_cache`, the model split once; `prefill,
   re-split` the same through the module (what a call with the module costs);
-- `decode` B:P: after a P-token prefill, `decode` of `--tokens` tokens greedily in one compiled loop, per token;
+- `decode` B:P: after a P-token prefill, `decode` of `--tokens` tokens greedily in one compiled loop, per token, at
+  the rows `decode_rows` runs (on a GPU one row runs as two) and, where that differs, at B rows as before;
   `floor_ms` is the weights read once per token at `--hbm-tb-s` (H200: 4.8 TB/s), `state_floor_ms` adds the
   cache read and written once;
 - `generate` B:P: `generate` of `--tokens` new tokens after a P-token prompt, prefill included, in tokens/s,
@@ -19,9 +21,9 @@ Ours, per preset (random init, weights and compute in `--dtype`):
   (`jax.profiler`), its GPU kernels per token, their busy time per token and its split by kind (matmul, XLA
   fusion, copy, Pallas/other). Busy time near `floor_ms` with a decode time far above it means the step is
   bound by launches, not by memory: fewer kernels per token (or CUDA graphs) is then the way down;
-- with `--count-ops` (any backend), `decode step ops` B: the operations of one compiled decode step's entry
-  computation by opcode (on a GPU each fusion, dot/GEMM and custom call is a kernel launch; on the CPU the
-  count shows the step's structure, not the GPU's fusion).
+- with `--count-ops` (any backend), `decode step ops` B: the operations one compiled decode step's entry
+  computation launches, by opcode, and the bytes they touch (`benchmarks/inference_kernels.py`, which also compiles
+  for an H200 on a machine without one).
 Every time is the best of `--repeats` runs after one compiling run; each record of ours keeps the process's
 `XLA_FLAGS` (for example `--xla_gpu_enable_command_buffer=+WHILE,+CONDITIONAL`, the decode loop as one CUDA
 graph, set per process). With `--fla`, `benchmarks/inference_fla.py`
@@ -30,9 +32,7 @@ table gives the ratio; CCQ presets are compared with their backbone's fla model.
 """
 
 import argparse
-import collections
 import os
-import re
 import time
 
 import jax
@@ -40,9 +40,9 @@ import numpy as np
 from flax import nnx
 
 from benchmarks import records
+from benchmarks.inference_kernels import decode_step_kernels, shapes
 from benchmarks.gpu_trace import by_kind, gpu_kernels, kernel_times, trace_call
-from ccq_jax.inference import (SplitModel, cache_nbytes, decode, decode_step, generate, init_cache, prefill,
-                               split_model)
+from ccq_jax.inference import cache_nbytes, decode, decode_rows, generate, init_cache, prefill, split_model
 from ccq_jax.models import CausalLM, count_params, get_config
 
 
@@ -76,43 +76,27 @@ def _profile_decode(served, first, cache, tokens: int) -> dict:
     return kernel_summary(trace_call(lambda: decode(served, first, cache, tokens)[0]), tokens)
 
 
-NOT_LAUNCHED = ("parameter", "constant", "bitcast", "get-tuple-element", "tuple")
-
-
-def entry_ops(hlo_text: str) -> dict:
-    """{opcode: count} of the ENTRY computation of compiled HLO text, without the opcodes that launch nothing."""
-    entry = hlo_text[hlo_text.index("\nENTRY"):]
-    entry = entry[:entry.index("\n}")]
-    ops = collections.Counter(m[1] for m in re.finditer(r"=\s*\S+\s+([a-z][\w-]*)\(", entry))
-    return {op: n for op, n in ops.most_common() if op not in NOT_LAUNCHED}
-
-
-def decode_step_ops(served: SplitModel, batch: int, max_length: int) -> dict:
-    """entry_ops of one decode step (`decode_step`) compiled for the default backend; nothing is run."""
-    cache = jax.eval_shape(lambda: init_cache(served, batch, max_length))
-    tokens = jax.ShapeDtypeStruct((batch,), jax.numpy.int32)
-    step = jax.jit(lambda state, t, c: decode_step(SplitModel(served.graphdef, state), t, c))
-    return entry_ops(step.lower(served.state, tokens, cache).compile().as_text())
-
-
 def ours(preset: str, dtype: str, prefills, decodes, generates, tokens: int, repeats: int, hbm_tb_s: float,
-         profile: bool = False, count_ops: bool = False):
-    """Records of our side for one preset (see the module docstring)."""
+         profile: bool = False, count_ops: bool = False, attn_impl: str = "chunk"):
+    """Records of our side for one preset (see the module docstring); `attn_impl`: the linear presets' prefill
+    kernels (`ccq_jax.ops` impl)."""
     if profile and jax.default_backend() != "gpu":
         raise ValueError(f"profile: the decode profile reads GPU kernels; expected a GPU backend, got "
                          f"{jax.default_backend()!r}")
-    config = get_config(preset, dtype=dtype, param_dtype=dtype)
+    linear = {} if preset.startswith("transformer") else {"attn_impl": attn_impl}
+    config = get_config(preset, dtype=dtype, param_dtype=dtype, **linear)
     model = CausalLM(config, rngs=nnx.Rngs(0))
     served = split_model(model)
     weight_bytes = count_params(config) * np.dtype(dtype).itemsize
     base = {"side": "ours", "preset": preset, "dtype": dtype, "device": jax.devices()[0].device_kind,
-            "xla_flags": os.environ.get("XLA_FLAGS", "")}
+            "xla_flags": os.environ.get("XLA_FLAGS", ""), **linear}
     records = [{**base, "what": "split", "ms": 1e3 * best_seconds(lambda: nnx.split(model)[1], repeats)}]
     if count_ops:
         for b in sorted({b for b, _ in decodes}):
-            ops = decode_step_ops(served, b, 2 * tokens)
-            records.append({**base, "what": "decode step ops", "batch": b, "ops": sum(ops.values()), "by_op": ops,
-                            "per_layer": sum(ops.values()) / config.num_hidden_layers})
+            step = decode_step_kernels(served, decode_rows(b, jax.default_backend()))
+            records.append({**base, "what": "decode step ops", "batch": b, "ops": step["kernels"],
+                            "bytes": step["bytes"], "by_op": step["by_op"],
+                            "per_layer": step["kernels"] / config.num_hidden_layers})
     for b, p in prefills:
         ids = _prompt(b, p, config.vocab_size)
         for what, m in (("prefill", served), ("prefill, re-split", model)):
@@ -121,11 +105,12 @@ def ours(preset: str, dtype: str, prefills, decodes, generates, tokens: int, rep
     for b, p in decodes:
         logits, cache = prefill(served, _prompt(b, p, config.vocab_size), init_cache(served, b, p + tokens))
         first = logits[:, -1].argmax(-1)
-        seconds = best_seconds(lambda: decode(served, first, cache, tokens)[0], repeats) / tokens
         floor = weight_bytes / (hbm_tb_s * 1e12)
-        records.append({**base, "what": "decode", "batch": b, "prompt": p, "ms": 1e3 * seconds,
-                        "floor_ms": 1e3 * floor, "state_floor_ms": 1e3 * (floor + 2 * cache_nbytes(cache) /
-                                                                            (hbm_tb_s * 1e12))})
+        for rows in sorted({decode_rows(b, jax.default_backend()), b}, reverse=True):  # what runs; B rows as before
+            seconds = best_seconds(lambda: decode(served, first, cache, tokens, rows=rows)[0], repeats) / tokens
+            records.append({**base, "what": "decode", "batch": b, "prompt": p, "rows": rows, "ms": 1e3 * seconds,
+                            "floor_ms": 1e3 * floor, "state_floor_ms": 1e3 * (floor + 2 * cache_nbytes(cache) /
+                                                                                (hbm_tb_s * 1e12))})
         if profile and (b, p) == decodes[0]:
             records.append({**base, "what": "decode profile", "batch": b, "prompt": p,
                             **_profile_decode(served, first, cache, tokens)})
@@ -148,7 +133,8 @@ def table(records) -> str:
         plain = r["preset"].removeprefix("ccq-")  # a CCQ preset is compared with fla's model of its backbone
         theirs = fla.get((plain, r["what"], r.get("batch"), r.get("prompt")))
         hf = fla.get((plain, "decode, HF generate", r.get("batch"), r.get("prompt"))) if r["what"] == "decode" else None
-        cells = [r["preset"], r["what"], r.get("batch", "-"), r.get("prompt", "-"), f"{r['ms']:.2f}",
+        what = r["what"] + (f", {r['rows']} rows run" if r.get("rows", r.get("batch")) != r.get("batch") else "")
+        cells = [r["preset"], what, r.get("batch", "-"), r.get("prompt", "-"), f"{r['ms']:.2f}",
                  f"{theirs:.2f}" if theirs else "-", f"{r['ms'] / theirs:.2f}" if theirs else "-",
                  f"{hf:.2f}" if hf else "-", f"{r['floor_ms']:.3f}" if "floor_ms" in r else "-",
                  f"{r['tokens_per_s']:,.0f}" if "tokens_per_s" in r else "-"]
@@ -156,21 +142,11 @@ def table(records) -> str:
     return "\n".join(lines)
 
 
-def shapes(text: str) -> list[tuple[int, int]]:
-    """"B:P,B:P" -> [(B, P), ...] (batch, prompt length)."""
-    out = []
-    for item in text.split(","):
-        b, _, p = item.partition(":")
-        if not (b.isdigit() and p.isdigit() and int(b) > 0 and int(p) > 0):
-            raise argparse.ArgumentTypeError(f"expected B:P pairs of positive integers, got {item!r}")
-        out.append((int(b), int(p)))
-    return out
-
-
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--presets", default="gla-1.3b,ccq-gla-1.3b")
     p.add_argument("--dtype", default="bfloat16")
+    p.add_argument("--attn-impl", default="pallas", help="prefill kernels of the linear presets (`ccq_jax.ops` impl)")
     p.add_argument("--prefill", type=shapes, default=shapes("1:2048,16:2048,1:16384"))
     p.add_argument("--decode", type=shapes, default=shapes("1:2048,16:2048"))
     p.add_argument("--generate", type=shapes, default=shapes("1:512,16:2048,64:512,16:8192"))
@@ -187,7 +163,7 @@ def main(argv=None) -> int:
     results = []
     for preset in a.presets.split(","):
         new = ours(preset, a.dtype, a.prefill, a.decode, a.generate, a.tokens, a.repeats, a.hbm_tb_s, a.profile,
-                   a.count_ops)
+                   a.count_ops, a.attn_impl)
         plain = preset.removeprefix("ccq-")
         if a.fla and not any(r["side"] == "fla" and r["preset"] == plain for r in results):
             from benchmarks.inference_fla import fla_records  # torch only when asked for

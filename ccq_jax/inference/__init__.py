@@ -12,9 +12,9 @@ Linear-attention models decode in constant memory per token (the cache does not 
 """
 
 from ccq_jax.inference.cache import cache_nbytes, init_cache
-from ccq_jax.inference.generate import decode, decode_step, generate, prefill
+from ccq_jax.inference.generate import decode, decode_rows, decode_step, generate, prefill
 from ccq_jax.inference.sampling import sample_next
 from ccq_jax.inference.split import SplitModel, split_model
 
-__all__ = ["SplitModel", "cache_nbytes", "decode", "decode_step", "generate", "init_cache", "prefill",
+__all__ = ["SplitModel", "cache_nbytes", "decode", "decode_rows", "decode_step", "generate", "init_cache", "prefill",
            "sample_next", "split_model"]

@@ -10,6 +10,14 @@ or, to skip splitting it on every call, its `SplitModel` (`ccq_jax.inference.spl
 all P). Inside, each row is shifted to end at column P (left padding); the padding forms its
 own document (segment id 0 vs 1), so it never reaches the prompt's state, statistics, conv
 tails or attention, and every row decodes in lockstep from the same cache slot.
+
+Decoding a single row on a GPU runs two (`decode_rows`; `rows=` overrides it): XLA's GPU compiler
+rewrites a one-row product with an [in, out] weight of under 10M multiply-adds into a multiply,
+which it writes to memory whole, and a reduction that reads it back, so such weights are read
+three times. Compiled for an H200 (`benchmarks/inference_kernels.py`), gla-1.3b's decode step touches
+4.15 GB in 483 kernels at one row and 3.06 GB in 386 at two; gdn-1.3b's 5.30 GB / 612 and
+3.20 GB / 359. The added row repeats the first, counts as stopped and is dropped from the results;
+sampling draws each row from its own key, so it does not change the first row's tokens.
 """
 
 import functools
@@ -40,10 +48,44 @@ def _prefill(graphdef, state, input_ids, segment_ids, cache, *, last_only):
     return model(input_ids, segment_ids, cache)
 
 
-@functools.partial(jax.jit, static_argnums=0)
-def _decode(graphdef, state, tokens, cache):
-    logits, cache = nnx.merge(graphdef, state)(tokens[:, None], None, cache)
-    return logits[:, 0], cache
+def decode_rows(batch: int, platform: str) -> int:
+    """Rows a compiled decode step runs for `batch` rows on `platform` (`jax.default_backend()`): two for a single
+    row on a GPU (see the module docstring), else `batch`."""
+    return 2 if batch == 1 and platform == "gpu" else batch
+
+
+def _rows(rows, batch: int) -> int:
+    if rows is None:
+        return decode_rows(batch, jax.default_backend())
+    check.integer("rows", rows, minimum=batch)
+    return int(rows)
+
+
+def _grow(tree, rows: int):
+    """Every leaf with a batch axis (all but a KV cache's scalar index) grown to `rows` rows repeating row 0."""
+
+    def grow(x):
+        if x.ndim == 0 or x.shape[0] == rows:
+            return x
+        return jnp.concatenate([x, jnp.broadcast_to(x[:1], (rows - x.shape[0], *x.shape[1:]))])
+
+    return jax.tree.map(grow, tree)
+
+
+def _first_rows(tree, batch: int):
+    """The first `batch` rows of every leaf with a batch axis: `_grow` undone."""
+    return jax.tree.map(lambda x: x if x.ndim == 0 else x[:batch], tree)
+
+
+def _stopped_beyond(done, rows: int):
+    """`done` [B] grown to `rows`: the added rows count as stopped, so they never hold the loop."""
+    return jnp.concatenate([done, jnp.ones((rows - done.shape[0],), bool)])
+
+
+@functools.partial(jax.jit, static_argnums=0, static_argnames="rows")
+def _decode(graphdef, state, tokens, cache, *, rows):
+    logits, cache = nnx.merge(graphdef, state)(_grow(tokens, rows)[:, None], None, _grow(cache, rows))
+    return _first_rows((logits[:, 0], cache), tokens.shape[0])
 
 
 def prefill(model, input_ids: jax.Array, cache: tuple, segment_ids: jax.Array | None = None, *,
@@ -62,11 +104,12 @@ def _check_tokens(tokens):
     return tokens
 
 
-def decode_step(model, tokens: jax.Array, cache: tuple):
-    """One token per row, `tokens [B]` -> (logits [B, vocab], cache): one compiled step."""
+def decode_step(model, tokens: jax.Array, cache: tuple, *, rows: int | None = None):
+    """One token per row, `tokens [B]` -> (logits [B, vocab], cache): one compiled step of `rows` rows (default
+    `decode_rows`; rows beyond B repeat the first and are dropped)."""
     tokens = _check_tokens(tokens)
     graphdef, state = split_model(model)
-    return _decode(graphdef, state, tokens, cache)
+    return _decode(graphdef, state, tokens, cache, rows=_rows(rows, tokens.shape[0]))
 
 
 def _left_align(prompt_ids, lengths):
@@ -95,23 +138,25 @@ def _sample_loop(model, token, cache, keys, sampling: Sampling, done):
     return out, cache
 
 
-@functools.partial(jax.jit, static_argnames=("graphdef", "num_tokens", "sampling"))
-def _decode_many(graphdef, state, tokens, cache, rng, *, num_tokens, sampling):
+@functools.partial(jax.jit, static_argnames=("graphdef", "num_tokens", "sampling", "rows"))
+def _decode_many(graphdef, state, tokens, cache, rng, *, num_tokens, sampling, rows):
     keys = jax.random.split(rng, num_tokens)
-    done = jnp.zeros(tokens.shape, bool)
-    return _sample_loop(nnx.merge(graphdef, state), tokens, cache, keys, sampling, done)
+    done = _stopped_beyond(jnp.zeros(tokens.shape, bool), rows)
+    out = _sample_loop(nnx.merge(graphdef, state), _grow(tokens, rows), _grow(cache, rows), keys, sampling, done)
+    return _first_rows(out, tokens.shape[0])
 
 
-@functools.partial(jax.jit, static_argnames=("graphdef", "max_new_tokens", "sampling"))
-def _generate(graphdef, state, prompt_ids, lengths, rng, *, max_new_tokens, sampling):
+@functools.partial(jax.jit, static_argnames=("graphdef", "max_new_tokens", "sampling", "rows"))
+def _generate(graphdef, state, prompt_ids, lengths, rng, *, max_new_tokens, sampling, rows):
     model = nnx.merge(graphdef, state)
     b, p = prompt_ids.shape
     ids, segments = _left_align(prompt_ids, lengths)
     logits, cache = _last_logits(model, ids, segments, layer_caches(model, b, p + max_new_tokens))
     keys = jax.random.split(rng, max_new_tokens)
     first, done = sampling.stop(sampling.pick(logits[:, 0], keys[0]), jnp.zeros((b,), bool))
-    rest, _ = _sample_loop(model, first, cache, keys[1:], sampling, done)
-    return jnp.concatenate([first[:, None], rest], axis=1)
+    rest, _ = _sample_loop(model, _grow(first, rows), _grow(cache, rows), keys[1:], sampling,
+                           _stopped_beyond(done, rows))
+    return jnp.concatenate([first[:, None], rest[:b]], axis=1)
 
 
 def _sampling(temperature, top_p, top_k, eos_id, rng):
@@ -122,27 +167,29 @@ def _sampling(temperature, top_p, top_k, eos_id, rng):
 
 
 def decode(model, tokens, cache: tuple, num_tokens: int, temperature: float = 0.0, top_p: float = 1.0, rng=None,
-           *, top_k: int = 0, eos_id: int | None = None):
+           *, top_k: int = 0, eos_id: int | None = None, rows: int | None = None):
     """Continue from `cache`: feed `tokens [B]` and sample `num_tokens` new tokens per row in one compiled loop.
 
     Returns (new tokens [B, num_tokens], cache); the cache has seen `tokens` and all new tokens
-    but the last (with `eos_id`, those up to where every row had stopped). Sampling as in `generate`.
+    but the last (with `eos_id`, those up to where every row had stopped). Sampling and `rows` as in `generate`.
     """
     tokens = _check_tokens(tokens)
     check.integer("num_tokens", num_tokens, minimum=1)
     sampling, rng = _sampling(temperature, top_p, top_k, eos_id, rng)
     graphdef, state = split_model(model)
-    return _decode_many(graphdef, state, tokens, cache, rng, num_tokens=int(num_tokens), sampling=sampling)
+    return _decode_many(graphdef, state, tokens, cache, rng, num_tokens=int(num_tokens), sampling=sampling,
+                        rows=_rows(rows, tokens.shape[0]))
 
 
 def generate(model, prompt_ids, max_new_tokens: int, temperature: float = 0.0, top_p: float = 1.0, rng=None, *,
-             prompt_lengths=None, top_k: int = 0, eos_id: int | None = None) -> jax.Array:
+             prompt_lengths=None, top_k: int = 0, eos_id: int | None = None, rows: int | None = None) -> jax.Array:
     """Prefill then decode `max_new_tokens` tokens per row. Returns the new tokens [B, max_new_tokens] (int32).
 
     prompt_ids: [B, P] right-padded; prompt_lengths: [B] in [1, P] (default P for every row).
     temperature 0 is greedy; otherwise sampling at `temperature` from the top-k tokens (top_k 0: all) and
     then the top-p nucleus, with `rng` (a jax.random key) required. eos_id: each row stops after emitting
-    it (the rest of the row holds eos_id), and decoding ends once every row has stopped.
+    it (the rest of the row holds eos_id), and decoding ends once every row has stopped. rows: the rows each decode
+    step runs (default `decode_rows(B, backend)`; added rows repeat the first and are dropped).
     """
     prompt_ids = jnp.asarray(prompt_ids)
     if prompt_ids.ndim != 2 or not jnp.issubdtype(prompt_ids.dtype, jnp.integer) or prompt_ids.shape[1] < 1:
@@ -154,7 +201,7 @@ def generate(model, prompt_ids, max_new_tokens: int, temperature: float = 0.0, t
     lengths = _lengths(prompt_lengths, b, p)
     graphdef, state = split_model(model)
     return _generate(graphdef, state, prompt_ids, lengths, rng, max_new_tokens=int(max_new_tokens),
-                     sampling=sampling)
+                     sampling=sampling, rows=_rows(rows, b))
 
 
 def _lengths(prompt_lengths, b, p):

@@ -14,7 +14,8 @@ def sample_next(logits: jax.Array, key: jax.Array, temperature: float, top_p: fl
 
     top_k > 0 keeps the k most likely tokens (and tokens tied with the k-th); then top_p < 1 keeps the
     smallest set of most likely tokens whose probability reaches top_p (the most likely token always
-    stays; tokens tied with the last kept one stay too).
+    stays; tokens tied with the last kept one stay too). Row r draws with `fold_in(key, r)`, so a row's token does
+    not depend on the other rows of the batch (nor on the rows a GPU decode step adds: `ccq_jax.inference.generate`).
     """
     if temperature == 0.0:
         return jnp.argmax(logits, axis=-1).astype(jnp.int32)
@@ -28,7 +29,8 @@ def sample_next(logits: jax.Array, key: jax.Array, temperature: float, top_p: fl
         kept = (jnp.cumsum(probs, axis=-1) - probs) < top_p
         threshold = jnp.min(jnp.where(kept, ordered, jnp.inf), axis=-1, keepdims=True)
         logits = jnp.where(logits >= threshold, logits, -jnp.inf)
-    return jax.random.categorical(key, logits, axis=-1).astype(jnp.int32)
+    keys = jax.vmap(jax.random.fold_in, (None, 0))(key, jnp.arange(logits.shape[0]))
+    return jax.vmap(jax.random.categorical)(keys, logits).astype(jnp.int32)
 
 
 @dataclasses.dataclass(frozen=True)

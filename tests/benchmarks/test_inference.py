@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.inference import best_seconds, entry_ops, kernel_summary, main, shapes, ours, table
+from benchmarks.inference import best_seconds, kernel_summary, main, ours, table
+from benchmarks.inference_kernels import shapes
 
 
 def test_our_side_measures_each_kind_on_a_tiny_preset():
@@ -16,9 +17,9 @@ def test_our_side_measures_each_kind_on_a_tiny_preset():
                    hbm_tb_s=1.0)
     assert [r["what"] for r in records] == ["split", "prefill", "prefill, re-split", "decode", "generate",
                                             "generate"]
-    assert all(r["ms"] > 0 for r in records)
+    assert all(r["ms"] > 0 for r in records) and all(r["attn_impl"] == "chunk" for r in records)
     decode = records[3]
-    assert decode["state_floor_ms"] > decode["floor_ms"] > 0
+    assert decode["state_floor_ms"] > decode["floor_ms"] > 0 and decode["rows"] == 1  # one row runs as one on a CPU
     short, long = records[4:]
     assert short["cache_bytes_per_sequence"] == long["cache_bytes_per_sequence"] > 0
     assert short["tokens_per_s"] == pytest.approx(2 * 3 / (short["ms"] / 1e3))
@@ -28,12 +29,14 @@ def test_the_table_puts_fla_beside_ours():
     mine = {"side": "ours", "batch": 1, "prompt": 8}
     records = [{**mine, "preset": "gla-x", "what": "prefill", "ms": 3.0},
                {**mine, "preset": "ccq-gla-x", "what": "decode", "ms": 2.0, "floor_ms": 0.5},
+               {**mine, "preset": "gla-x", "what": "decode", "rows": 2, "ms": 1.0, "floor_ms": 0.5},
                {"side": "fla", "preset": "gla-x", "what": "prefill", "batch": 1, "prompt": 8, "ms": 6.0},
                {"side": "fla", "preset": "gla-x", "what": "decode", "batch": 1, "prompt": 8, "ms": 4.0},
                {"side": "fla", "preset": "gla-x", "what": "decode, HF generate", "batch": 1, "prompt": 8, "ms": 30.0}]
     text = table(records)
     assert "| gla-x | prefill | 1 | 8 | 3.00 | 6.00 | 0.50 | - | - | - |" in text
     assert "| ccq-gla-x | decode | 1 | 8 | 2.00 | 4.00 | 0.50 | 30.00 | 0.500 | - |" in text
+    assert "| gla-x | decode, 2 rows run | 1 | 8 | 1.00 | 4.00 | 0.25 | 30.00 | 0.500 | - |" in text
 
 
 def test_shapes_are_batch_prompt_pairs():
@@ -76,28 +79,6 @@ def test_the_decode_profile_is_refused_off_a_gpu():
         ours("gla-tiny", "float32", [], [(1, 8)], [], tokens=2, repeats=1, hbm_tb_s=1.0, profile=True)
 
 
-HLO = """HloModule jit_step
-
-%fused_computation (p: f32[4]) -> f32[4] {
-  %p = f32[4]{0} parameter(0)
-  ROOT %e = f32[4]{0} exponential(%p)
-}
-
-ENTRY %main (a: f32[4], b: f32[4,4]) -> (f32[4], f32[4]) {
-  %a = f32[4]{0} parameter(0)
-  %b = f32[4,4]{1,0} parameter(1)
-  %f = f32[4]{0} fusion(%a), kind=kLoop, calls=%fused_computation
-  %d = f32[4]{0} dot(%f, %b), lhs_contracting_dims={0}, rhs_contracting_dims={0}
-  %g = f32[4]{0} fusion(%d), kind=kLoop, calls=%fused_computation
-  ROOT %t = (f32[4]{0}, f32[4]{0}) tuple(%g, %d)
-}
-"""
-
-
-def test_entry_ops_count_what_the_entry_launches():
-    assert entry_ops(HLO) == {"fusion": 2, "dot": 1}  # not the fused computation's exponential, nor parameters
-
-
 def test_the_decode_step_ops_are_counted_per_batch_and_layer():
     records = ours("gla-tiny", "float32", [], [(1, 8), (2, 8)], [], tokens=2, repeats=1, hbm_tb_s=1.0,
                    count_ops=True)
@@ -106,6 +87,7 @@ def test_the_decode_step_ops_are_counted_per_batch_and_layer():
     for r in counted:
         assert r["by_op"].get("dot", 0) + r["by_op"].get("fusion", 0) > 0 and r["ops"] == sum(r["by_op"].values())
         assert r["per_layer"] == r["ops"] / 2  # gla-tiny has 2 layers
+        assert r["bytes"] > 0
 
 
 def test_the_command_refuses_no_tokens_or_repeats(capsys):
