@@ -26,7 +26,7 @@ import numpy as np
 from flax import nnx
 
 from ccq_jax import checks as check
-from ccq_jax.inference import generate, init_cache, prefill, split_model
+from ccq_jax.inference import generate, graph_key, init_cache, prefill, split_model
 from ccq_jax.layers.recurrent import RecurrentMixer
 
 
@@ -58,13 +58,13 @@ def bucket(n: int) -> int:
 
 
 @functools.partial(jax.jit, static_argnums=0)
-def _forward(graphdef, state, ids):
-    return nnx.merge(graphdef, state)(ids)
+def _forward(graph, state, ids):
+    return nnx.merge(graph.graphdef, state)(ids)
 
 
 @functools.partial(jax.jit, static_argnums=0)
-def _captured_keys(graphdef, state, ids):
-    _, captured = nnx.capture(nnx.merge(graphdef, state), nnx.Intermediate)(ids)
+def _captured_keys(graph, state, ids):
+    _, captured = nnx.capture(nnx.merge(graph.graphdef, state), nnx.Intermediate)(ids)
     return captured
 
 
@@ -82,7 +82,7 @@ class ModelRunner:
 
     def logits(self, ids) -> jax.Array:
         """ids [B, T] -> logits [B, T, E] of one forward over prefix + ids."""
-        return _forward(*self._served, self._with_prefix(ids))[:, len(self.prefix):]
+        return _forward(graph_key(self._served), self._served.state, self._with_prefix(ids))[:, len(self.prefix):]
 
     def init_carry(self, batch: int):
         """A cache for `batch` rows that has read the prefix."""
@@ -126,7 +126,7 @@ class ModelRunner:
                              f"{self.model.config.family!r} model")
         out = []
         for first, ids, _ in self._padded_batches(prompts):
-            layers = _captured_keys(*self._served, ids)["layers"]
+            layers = _captured_keys(graph_key(self._served), self._served.state, ids)["layers"]
             per_layer = [np.asarray(layers[i]["attn"]["keys"][0]) for i in range(len(self.model.layers))]
             for row, prompt in enumerate(prompts[first:first + self.batch_size]):
                 start = len(self.prefix)

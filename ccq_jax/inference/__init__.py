@@ -14,7 +14,7 @@ Linear-attention models decode in constant memory per token (the cache does not 
 from ccq_jax.inference.cache import cache_nbytes, init_cache
 from ccq_jax.inference.generate import decode, decode_rows, decode_step, generate, prefill
 from ccq_jax.inference.sampling import sample_next
-from ccq_jax.inference.split import SplitModel, split_model
+from ccq_jax.inference.split import GraphKey, SplitModel, graph_key, split_model
 
-__all__ = ["SplitModel", "cache_nbytes", "decode", "decode_rows", "decode_step", "generate", "init_cache", "prefill",
-           "sample_next", "split_model"]
+__all__ = ["GraphKey", "SplitModel", "cache_nbytes", "decode", "decode_rows", "decode_step", "generate", "graph_key",
+           "init_cache", "prefill", "sample_next", "split_model"]

@@ -13,7 +13,7 @@ import numpy as np
 from flax import nnx
 
 from ccq_jax import checks as check
-from ccq_jax.inference.split import SplitModel
+from ccq_jax.inference.split import SplitModel, graph_key
 
 
 def layer_caches(model, batch_size: int, max_length: int) -> tuple:
@@ -22,8 +22,8 @@ def layer_caches(model, batch_size: int, max_length: int) -> tuple:
 
 
 @functools.partial(jax.jit, static_argnums=(0, 2, 3))
-def _split_model_cache(graphdef, state, batch_size, max_length):
-    return layer_caches(nnx.merge(graphdef, state), batch_size, max_length)
+def _split_model_cache(graph, state, batch_size, max_length):
+    return layer_caches(nnx.merge(graph.graphdef, state), batch_size, max_length)
 
 
 def init_cache(model, batch_size: int, max_length: int) -> tuple:
@@ -32,7 +32,7 @@ def init_cache(model, batch_size: int, max_length: int) -> tuple:
     check.integer("batch_size", batch_size, minimum=1)
     check.integer("max_length", max_length, minimum=1)
     if isinstance(model, SplitModel):
-        return _split_model_cache(model.graphdef, model.state, int(batch_size), int(max_length))
+        return _split_model_cache(graph_key(model), model.state, int(batch_size), int(max_length))
     return layer_caches(model, batch_size, max_length)
 
 

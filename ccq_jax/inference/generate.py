@@ -4,7 +4,7 @@ All of them run the model's one forward (`model(ids, segment_ids, cache=...)`): 
 the chunked kernels (`attn_impl`), decoding one token per row with `decode_impl` (the
 recurrent form by default). The model enters each compiled function as (graphdef, state), so
 the compiled step is reused for every call with the same shapes; each function takes the module
-or, to skip splitting it on every call, its `SplitModel` (`ccq_jax.inference.split`).
+or, to skip splitting it (and hashing its graphdef) on every call, its `SplitModel` (`ccq_jax.inference.split`).
 
 `generate` takes right-padded prompts `prompt_ids [B, P]` with `prompt_lengths [B]` (default:
 all P). Inside, each row is shifted to end at column P (left padding); the padding forms its
@@ -29,7 +29,7 @@ from flax import nnx
 
 from ccq_jax.inference.cache import layer_caches
 from ccq_jax.inference.sampling import Sampling
-from ccq_jax.inference.split import split_model
+from ccq_jax.inference.split import graph_key, split_model
 from ccq_jax.models import lm_logits
 from ccq_jax import checks as check
 
@@ -41,8 +41,8 @@ def _last_logits(model, input_ids, segment_ids, cache):
 
 
 @functools.partial(jax.jit, static_argnums=0, static_argnames="last_only")
-def _prefill(graphdef, state, input_ids, segment_ids, cache, *, last_only):
-    model = nnx.merge(graphdef, state)
+def _prefill(graph, state, input_ids, segment_ids, cache, *, last_only):
+    model = nnx.merge(graph.graphdef, state)
     if last_only:
         return _last_logits(model, input_ids, segment_ids, cache)
     return model(input_ids, segment_ids, cache)
@@ -83,8 +83,8 @@ def _stopped_beyond(done, rows: int):
 
 
 @functools.partial(jax.jit, static_argnums=0, static_argnames="rows")
-def _decode(graphdef, state, tokens, cache, *, rows):
-    logits, cache = nnx.merge(graphdef, state)(_grow(tokens, rows)[:, None], None, _grow(cache, rows))
+def _decode(graph, state, tokens, cache, *, rows):
+    logits, cache = nnx.merge(graph.graphdef, state)(_grow(tokens, rows)[:, None], None, _grow(cache, rows))
     return _first_rows((logits[:, 0], cache), tokens.shape[0])
 
 
@@ -93,8 +93,9 @@ def prefill(model, input_ids: jax.Array, cache: tuple, segment_ids: jax.Array | 
     """Run a prompt `input_ids [B, T]` through the model from `cache`. Returns (logits [B, T, vocab], cache), or
     with `last_only` the last position's logits [B, 1, vocab] (what generation reads; the LM head then reads one
     position instead of T)."""
-    graphdef, state = split_model(model)
-    return _prefill(graphdef, state, jnp.asarray(input_ids), segment_ids, cache, last_only=bool(last_only))
+    served = split_model(model)
+    return _prefill(graph_key(served), served.state, jnp.asarray(input_ids), segment_ids, cache,
+                    last_only=bool(last_only))
 
 
 def _check_tokens(tokens):
@@ -108,8 +109,8 @@ def decode_step(model, tokens: jax.Array, cache: tuple, *, rows: int | None = No
     """One token per row, `tokens [B]` -> (logits [B, vocab], cache): one compiled step of `rows` rows (default
     `decode_rows`; rows beyond B repeat the first and are dropped)."""
     tokens = _check_tokens(tokens)
-    graphdef, state = split_model(model)
-    return _decode(graphdef, state, tokens, cache, rows=_rows(rows, tokens.shape[0]))
+    served = split_model(model)
+    return _decode(graph_key(served), served.state, tokens, cache, rows=_rows(rows, tokens.shape[0]))
 
 
 def _left_align(prompt_ids, lengths):
@@ -138,17 +139,17 @@ def _sample_loop(model, token, cache, keys, sampling: Sampling, done):
     return out, cache
 
 
-@functools.partial(jax.jit, static_argnames=("graphdef", "num_tokens", "sampling", "rows"))
-def _decode_many(graphdef, state, tokens, cache, rng, *, num_tokens, sampling, rows):
+@functools.partial(jax.jit, static_argnames=("graph", "num_tokens", "sampling", "rows"))
+def _decode_many(graph, state, tokens, cache, rng, *, num_tokens, sampling, rows):
     keys = jax.random.split(rng, num_tokens)
     done = _stopped_beyond(jnp.zeros(tokens.shape, bool), rows)
-    out = _sample_loop(nnx.merge(graphdef, state), _grow(tokens, rows), _grow(cache, rows), keys, sampling, done)
+    out = _sample_loop(nnx.merge(graph.graphdef, state), _grow(tokens, rows), _grow(cache, rows), keys, sampling, done)
     return _first_rows(out, tokens.shape[0])
 
 
-@functools.partial(jax.jit, static_argnames=("graphdef", "max_new_tokens", "sampling", "rows"))
-def _generate(graphdef, state, prompt_ids, lengths, rng, *, max_new_tokens, sampling, rows):
-    model = nnx.merge(graphdef, state)
+@functools.partial(jax.jit, static_argnames=("graph", "max_new_tokens", "sampling", "rows"))
+def _generate(graph, state, prompt_ids, lengths, rng, *, max_new_tokens, sampling, rows):
+    model = nnx.merge(graph.graphdef, state)
     b, p = prompt_ids.shape
     ids, segments = _left_align(prompt_ids, lengths)
     logits, cache = _last_logits(model, ids, segments, layer_caches(model, b, p + max_new_tokens))
@@ -176,8 +177,8 @@ def decode(model, tokens, cache: tuple, num_tokens: int, temperature: float = 0.
     tokens = _check_tokens(tokens)
     check.integer("num_tokens", num_tokens, minimum=1)
     sampling, rng = _sampling(temperature, top_p, top_k, eos_id, rng)
-    graphdef, state = split_model(model)
-    return _decode_many(graphdef, state, tokens, cache, rng, num_tokens=int(num_tokens), sampling=sampling,
+    served = split_model(model)
+    return _decode_many(graph_key(served), served.state, tokens, cache, rng, num_tokens=int(num_tokens), sampling=sampling,
                         rows=_rows(rows, tokens.shape[0]))
 
 
@@ -199,8 +200,8 @@ def generate(model, prompt_ids, max_new_tokens: int, temperature: float = 0.0, t
     check.integer("max_new_tokens", max_new_tokens, minimum=1)
     sampling, rng = _sampling(temperature, top_p, top_k, eos_id, rng)
     lengths = _lengths(prompt_lengths, b, p)
-    graphdef, state = split_model(model)
-    return _generate(graphdef, state, prompt_ids, lengths, rng, max_new_tokens=int(max_new_tokens),
+    served = split_model(model)
+    return _generate(graph_key(served), served.state, prompt_ids, lengths, rng, max_new_tokens=int(max_new_tokens),
                      sampling=sampling, rows=_rows(rows, b))
 
 

@@ -6,7 +6,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from ccq_jax.inference import decode, generate, init_cache, prefill, sample_next, split_model
+from ccq_jax.inference import SplitModel, decode, generate, graph_key, init_cache, prefill, sample_next
+from ccq_jax.inference import split_model
 from tests.builders import build, MODEL_CASES as CASES, token_ids
 
 
@@ -139,6 +140,21 @@ def test_a_model_split_once_serves_as_the_model(case):
         np.testing.assert_array_equal(x, y)
     np.testing.assert_array_equal(decode(served, a[:, -1].argmax(-1), cache_a, 3)[0],
                                   decode(model, b[:, -1].argmax(-1), cache_b, 3)[0])
+
+
+def test_a_split_model_carries_its_graph_hashed_once():
+    """The compiled functions take the graph as a static argument: its hash is computed once, at the split."""
+    model = build("gla-tiny")
+    served = split_model(model)
+    assert graph_key(served) is served.key and served.key.graphdef is served.graphdef
+    again = split_model(model)  # another split of the same model: an equal graph, so the compiled functions match
+    assert graph_key(again) == served.key and hash(graph_key(again)) == hash(served.key)
+    unkeyed = SplitModel(served.graphdef, served.state)  # built by hand: keyed on each call, equal all the same
+    assert unkeyed.key is None and graph_key(unkeyed) == served.key
+    assert graph_key(split_model(build("gla-tiny", {"num_hidden_layers": 3}))) != served.key
+    calls = []
+    jax.jit(lambda s: calls.append(s.key) or s.state)(served)  # a SplitModel passes through jit (its key is static)
+    assert calls == [served.key]
 
 
 def test_split_model_refuses_what_is_not_a_model():
