@@ -20,8 +20,8 @@
 # .whl/tcache.tgz when that exists and written to OUTDIR/tcache.tgz: copy it to .whl/ to skip minutes of
 # autotuning on the next machine (only the *.autotune.json files, a few hundred KB).
 set -u
-STAGE=${1:?usage: gpu_suite.sh check|kernels|train|loop OUTDIR}
-OUT=${2:?usage: gpu_suite.sh check|kernels|train|loop OUTDIR}
+STAGE=${1:?usage: gpu_suite.sh check|kernels|train|loop|inference OUTDIR}
+OUT=${2:?usage: gpu_suite.sh check|kernels|train|loop|inference OUTDIR}
 mkdir -p "$OUT"
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
 export PYTHONPATH=$PWD:/tmp/site PYTHONUNBUFFERED=1 TRITON_CACHE_AUTOTUNING=1
@@ -77,6 +77,13 @@ loop)
     on 0 python3 benchmarks/train_loop.py --case text-100m --label after --set model=$model \
       --set "data.paths=[$shards]" --probe 0 --out "$OUT/loop.jsonl" 2>&1 | tail -1
   done ;;
-*) echo "unknown stage $STAGE (check, kernels, train, loop)"; exit 2 ;;
+inference)
+  presets=${PRESETS:-gla-1.3b ccq-gla-1.3b}
+  on 0 python3 benchmarks/inference.py --presets ${presets// /,} --fla --profile --count-ops ${INFERENCE_ARGS:-} \
+    --out "$OUT/inference.jsonl" > "$OUT/inference.log" 2>&1; grep -v '^{' "$OUT/inference.log" | tail -40
+  XLA_FLAGS=--xla_gpu_enable_command_buffer=+WHILE,+CONDITIONAL on 0 python3 benchmarks/inference.py \
+    --presets ${presets// /,} --prefill 1:2048 --decode 1:2048,16:2048 --generate 16:2048 --count-ops \
+    --out "$OUT/inference.jsonl" > "$OUT/inference-graphs.log" 2>&1; grep -v '^{' "$OUT/inference-graphs.log" | tail -20 ;;
+*) echo "unknown stage $STAGE (check, kernels, train, loop, inference)"; exit 2 ;;
 esac
 (cd "$TRITON_CACHE_DIR" && find . -name "*.autotune.json" -print0 | tar czf "$OUT/tcache.tgz" --null -T -)

@@ -173,8 +173,8 @@ def main(argv=None) -> int:
     records.append(a.out, results)
     print(table(results))
     for r in (r for r in results if r["what"] == "decode step ops"):
-        print(f"{r['preset']} decode step B={r['batch']}: {r['ops']} operations ({r['per_layer']:.1f} per layer): "
-              f"{r['by_op']}")
+        print(f"{r['preset']} decode step B={r['batch']}: {r['ops']} operations ({r['per_layer']:.1f} per layer), "
+              f"{r['bytes'] / 1e9:.3f} GB touched: {r['by_op']}")
     for r in (r for r in results if r["what"] == "decode profile"):
         print(f"{r['preset']} decode B={r['batch']} P={r['prompt']}: {r['kernels_per_token']:.0f} kernels and "
               f"{r['kernel_ms_per_token']:.3f} ms of kernel time per token, by kind {r['by_kind_ms']}")
