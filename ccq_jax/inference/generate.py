@@ -2,9 +2,10 @@
 
 All of them run the model's one forward (`model(ids, segment_ids, cache=...)`): prefill with
 the chunked kernels (`attn_impl`), decoding one token per row with `decode_impl` (the
-recurrent form by default). The model enters each compiled function as (graphdef, state), so
-the compiled step is reused for every call with the same shapes; each function takes the module
-or, to skip splitting it (and hashing its graphdef) on every call, its `SplitModel` (`ccq_jax.inference.split`).
+recurrent form by default). The model enters each compiled function as its graph (a static
+`GraphKey`) and its state, so the compiled step is reused for every call with the same shapes; each
+function takes the module or, to skip splitting it (and hashing its graph) on every call, its
+`SplitModel` (`ccq_jax.inference.split`).
 
 `generate` takes right-padded prompts `prompt_ids [B, P]` with `prompt_lengths [B]` (default:
 all P). Inside, each row is shifted to end at column P (left padding); the padding forms its
