@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.inference import best_seconds, kernel_summary, main, ours, table
+from benchmarks.inference import best_seconds, host_seconds, kernel_summary, main, ours, table
 from benchmarks.inference_kernels import shapes
 
 
@@ -18,6 +18,7 @@ def test_our_side_measures_each_kind_on_a_tiny_preset():
     assert [r["what"] for r in records] == ["split", "prefill", "prefill, re-split", "decode", "generate",
                                             "generate"]
     assert all(r["ms"] > 0 for r in records) and all(r["attn_impl"] == "chunk" for r in records)
+    assert all(0 < r["host_ms"] for r in records[1:3])
     decode = records[3]
     assert decode["state_floor_ms"] > decode["floor_ms"] > 0 and decode["rows"] == 1  # one row runs as one on a CPU
     short, long = records[4:]
@@ -49,6 +50,12 @@ def test_the_fla_side_defines_what_the_script_imports():
     """benchmarks/inference_fla.py needs torch and CUDA, so no CPU test runs it: its name is checked here."""
     source = (Path(__file__).resolve().parents[2] / "benchmarks" / "inference_fla.py").read_text()
     assert "fla_records" in {node.name for node in ast.parse(source).body if isinstance(node, ast.FunctionDef)}
+
+
+def test_the_host_timer_stops_before_waiting():
+    events = []
+    assert host_seconds(lambda: events.append("run") or len(events), 2, wait=lambda _: events.append("wait")) >= 0
+    assert events == ["run", "wait"] * 3
 
 
 def test_the_timer_waits_on_the_warm_up_and_on_every_timed_run():
