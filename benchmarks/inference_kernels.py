@@ -134,8 +134,9 @@ def measure(preset: str, dtype: str, prefills, batches, target: str, attn_impl: 
         linear = {"attn_impl": attn_impl, **({"interpret": False} if kernels_compiled else {})}
     config = get_config(preset, dtype=dtype, param_dtype=dtype, **linear)
     served = SplitModel(*nnx.split(abstract_model(config)))
-    base = {"preset": preset, "dtype": dtype, "target": target, "platform": platform, "attn_impl": attn_impl,
-            "weight_bytes": count_params(config) * np.dtype(dtype).itemsize, "jax": jax.__version__}
+    base = {"preset": preset, "dtype": dtype, "target": target, "platform": platform,
+            "attn_impl": linear.get("attn_impl"), "weight_bytes": count_params(config) * np.dtype(dtype).itemsize,
+            "jax": jax.__version__}
     out = []
 
     def record(what, counted, **shape):
