@@ -167,8 +167,8 @@ def table(rows) -> str:
              "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         lines.append(f"| {r['preset']} | {r['what']} | {r['batch']} | {r.get('prompt', r.get('rows'))} | "
-                     f"{r['kernels']} | {r['per_layer']:.1f} | {r['bytes'] / 1e9:.2f} | {r['weight_bytes'] / 1e9:.2f} | "
-                     f"{r['bytes_ms']:.2f} |")
+                     f"{r['kernels']} | {r['per_layer']:.1f} | {r['bytes'] / 1e9:.2f} | "
+                     f"{r['weight_bytes'] / 1e9:.2f} | {r['bytes_ms']:.2f} |")
     return "\n".join(lines)
 
 

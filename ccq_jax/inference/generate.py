@@ -179,8 +179,8 @@ def decode(model, tokens, cache: tuple, num_tokens: int, temperature: float = 0.
     check.integer("num_tokens", num_tokens, minimum=1)
     sampling, rng = _sampling(temperature, top_p, top_k, eos_id, rng)
     served = split_model(model)
-    return _decode_many(graph_key(served), served.state, tokens, cache, rng, num_tokens=int(num_tokens), sampling=sampling,
-                        rows=_rows(rows, tokens.shape[0]))
+    return _decode_many(graph_key(served), served.state, tokens, cache, rng, num_tokens=int(num_tokens),
+                        sampling=sampling, rows=_rows(rows, tokens.shape[0]))
 
 
 def generate(model, prompt_ids, max_new_tokens: int, temperature: float = 0.0, top_p: float = 1.0, rng=None, *,
