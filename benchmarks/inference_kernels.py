@@ -63,11 +63,6 @@ def entry_kernels(hlo_text: str) -> list[tuple[str, int]]:
     return kernels
 
 
-def entry_ops(hlo_text: str) -> dict:
-    """{opcode: count} of the operations the ENTRY computation launches, most frequent first."""
-    return dict(collections.Counter(op for op, _ in entry_kernels(hlo_text)).most_common())
-
-
 def target_device(target: str):
     """The device to compile for: None for this machine's backend, else a deviceless GPU from `TARGETS`."""
     if target == "local":

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 from flax import nnx
 
-from benchmarks.inference_kernels import decode_step_kernels, entry_kernels, entry_ops, measure, prefill_kernels
+from benchmarks.inference_kernels import decode_step_kernels, entry_kernels, measure, prefill_kernels
 from benchmarks.inference_kernels import shape_bytes, table, target_device
 from ccq_jax.inference import SplitModel
 from ccq_jax.models import abstract_model, count_params, get_config
@@ -40,7 +40,6 @@ def test_shapes_are_sized_in_bytes():
 def test_the_entry_launches_fusions_and_dots_with_their_operands_and_results():
     """Not the fused computation's exponential, parameters, tuples or tuple reads; a fusion with a tuple result
     (two outputs) counts once, with both outputs."""
-    assert entry_ops(HLO) == {"fusion": 2, "dot": 1}
     assert entry_kernels(HLO) == [("fusion", 16 + 16), ("dot", 16 + 16 + 64), ("fusion", 16 + 32 + 16 + 64)]
 
 
