@@ -38,7 +38,8 @@ def gpu_kernels(events: list) -> list:
         kernels = [e for e in complete if wanted(where.get((e.get("pid"), e.get("tid")), ""))]
         if kernels:
             return kernels
-    print("no GPU tracks; processes:", sorted(set(processes.values()))[:10], "tracks:", sorted(set(tracks.values()))[:20])
+    print("no GPU tracks; processes:", sorted(set(processes.values()))[:10], "tracks:",
+          sorted(set(tracks.values()))[:20])
     return []
 
 

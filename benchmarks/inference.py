@@ -8,7 +8,8 @@
 Ours, per preset (random init, weights and compute in `--dtype`, prefill through `--attn-impl`, default the Pallas
 kernels):
 - `split`: the host time of `nnx.split(model)`, which every inference call on a module pays and a
-  `SplitModel` (`ccq_jax.inference.split_model`) pays once;
+  `SplitModel` (`ccq_jax.inference.split_model`) pays once; `graph_hash_ms`: hashing its GraphDef, which jit did
+  on every call until a SplitModel kept the hash (`GraphKey`);
 - `prefill` B:P: `prefill` of a random prompt from a fresh `init_cache`, the model split once; `prefill,
   re-split` the same through the module (what a call with the module costs); `host_ms`: the time until the calls
   return, before the device has finished (the host's share: splitting, hashing, dispatch);
@@ -47,29 +48,25 @@ from ccq_jax.inference import cache_nbytes, decode, decode_rows, generate, init_
 from ccq_jax.models import CausalLM, count_params, get_config
 
 
-def best_seconds(fn, repeats: int, wait=jax.block_until_ready) -> float:
-    """The best of `repeats` timed runs of fn after one untimed (compiling) run; `wait(result)` returns once the
-    device has finished the run (JAX by default; `lambda _: torch.cuda.synchronize()` for PyTorch)."""
+def best_times(fn, repeats: int, wait=jax.block_until_ready) -> tuple[float, float]:
+    """(best time until the device has finished, best time until fn() returned) over `repeats` timed runs of fn
+    after one untimed (compiling) run; `wait(result)` returns once the device has finished the run (JAX by default;
+    `lambda _: torch.cuda.synchronize()` for PyTorch). The second is the host's share of a call whose device work
+    is dispatched asynchronously."""
     wait(fn())
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        wait(fn())
-        best = min(best, time.perf_counter() - start)
-    return best
-
-
-def host_seconds(fn, repeats: int, wait=jax.block_until_ready) -> float:
-    """The best of `repeats` times until fn() returns, each run then waited for: the host's share of a call whose
-    device work is dispatched asynchronously (after one untimed compiling run)."""
-    wait(fn())
-    best = float("inf")
+    done = returned = float("inf")
     for _ in range(repeats):
         start = time.perf_counter()
         result = fn()
-        best = min(best, time.perf_counter() - start)
+        returned = min(returned, time.perf_counter() - start)
         wait(result)
-    return best
+        done = min(done, time.perf_counter() - start)
+    return done, returned
+
+
+def best_seconds(fn, repeats: int, wait=jax.block_until_ready) -> float:
+    """The first of `best_times`: the best time until the device has finished."""
+    return best_times(fn, repeats, wait)[0]
 
 
 def _prompt(batch: int, length: int, vocab: int, seed: int = 0):
@@ -104,7 +101,8 @@ def ours(preset: str, dtype: str, prefills, decodes, generates, tokens: int, rep
     weight_bytes = count_params(config) * np.dtype(dtype).itemsize
     base = {"side": "ours", "preset": preset, "dtype": dtype, "device": jax.devices()[0].device_kind,
             "xla_flags": os.environ.get("XLA_FLAGS", ""), **linear}
-    records = [{**base, "what": "split", "ms": 1e3 * best_seconds(lambda: nnx.split(model)[1], repeats)}]
+    records = [{**base, "what": "split", "ms": 1e3 * best_seconds(lambda: nnx.split(model)[1], repeats),
+                "graph_hash_ms": 1e3 * best_seconds(lambda: hash(served.graphdef), repeats, wait=lambda _: None)}]
     if count_ops:
         for b in sorted({b for b, _ in decodes}):
             step = decode_step_kernels(served, decode_rows(b, jax.default_backend()))
@@ -114,9 +112,9 @@ def ours(preset: str, dtype: str, prefills, decodes, generates, tokens: int, rep
     for b, p in prefills:
         ids = _prompt(b, p, config.vocab_size)
         for what, m in (("prefill", served), ("prefill, re-split", model)):
-            run = lambda: prefill(m, ids, init_cache(m, b, p))[0]
-            records.append({**base, "what": what, "batch": b, "prompt": p, "ms": 1e3 * best_seconds(run, repeats),
-                            "host_ms": 1e3 * host_seconds(run, repeats)})
+            done, returned = best_times(lambda: prefill(m, ids, init_cache(m, b, p))[0], repeats)
+            records.append({**base, "what": what, "batch": b, "prompt": p, "ms": 1e3 * done,
+                            "host_ms": 1e3 * returned})
     for b, p in decodes:
         logits, cache = prefill(served, _prompt(b, p, config.vocab_size), init_cache(served, b, p + tokens))
         first = logits[:, -1].argmax(-1)

@@ -62,10 +62,6 @@ class Checkpointer:
             force=force,
         )
 
-    def saved_config(self, step: int) -> dict:
-        """The config saved with `step` (as `TrainConfig.to_dict()` gave it)."""
-        return self.manager.restore(step, args=ocp.args.Composite(config=ocp.args.JsonRestore())).config
-
     def restore(self, step: int, abstract_state, data_iterator):
         """The state of `step`, with `data_iterator` (None: no iterator) moved to where it was (the saved config is
         read by `ccq_jax.checkpoints`). `abstract_state` gives the shapes, dtypes and shardings to restore into.

@@ -22,6 +22,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 from tqdm import tqdm
 
+from ccq_jax.checkpoints import checkpoint_step_dir, read_train_config
 from ccq_jax.models import count_params, get_config
 from ccq_jax.progress import progress as progress_bar
 from train.checkpoint import Checkpointer, resume_conflicts
@@ -201,7 +202,8 @@ def _train(cfg: TrainConfig, workdir: pathlib.Path, progress: bool, preempted: _
     begin = time.perf_counter()
     ckpt = Checkpointer(workdir / "checkpoints", max_to_keep=cfg.keep_checkpoints, async_save=cfg.async_checkpoint)
     if ckpt.latest_step() is not None:
-        conflicts = resume_conflicts(ckpt.saved_config(ckpt.latest_step()), cfg.to_dict())
+        saved = read_train_config(checkpoint_step_dir(ckpt.directory, ckpt.latest_step()))
+        conflicts = resume_conflicts(saved, cfg.to_dict())
         if conflicts:
             ckpt.close()
             raise ValueError(f"workdir: {workdir} holds a checkpoint of a run with other settings "

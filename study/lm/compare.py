@@ -6,9 +6,9 @@ Each folder under the root is one run of `study/lm/run.sh` (RUN, or RUN-seedN fo
 `--set seed=N --set data.seed=N`; no suffix is runs.yaml's seed 0). The numbers come from the logs that every
 `ccq-eval` command writes (`ppl.log`, `extrapolation.log`, `niah.log`, `delta_mu.log`, and `*_ccq_off.log` for
 the CCQ-off evaluations) and from `metrics.jsonl`. A run without an S-NIAH log (its call stopped before
-S-NIAH finished) shows "not run" there; every other log must be present. Prints three markdown tables: every run; each model's mean and
-range over its seeds; and each comparison of `PAIRS` (CCQ minus its backbone, fixed gate minus learned) per seed
-both runs have.
+S-NIAH finished) shows "not run" there; every other log must be present. Prints three markdown tables: every
+run; each model's mean and range over its seeds; and each comparison of `PAIRS` (CCQ minus its backbone, fixed
+gate minus learned) per seed both runs have.
 """
 
 from __future__ import annotations
