@@ -1,0 +1,102 @@
+"""What the study's models answer in S-NIAH when they score 0 %: the answers' shape against chance.
+
+    python -m study.lm.niah_answers results/lm
+
+Exact-match accuracy cannot tell a model that never learned the answer's format from one that answers in the
+right format with the wrong value. For each run folder under the root and each S-NIAH evaluation in it
+(`niah/`, `niah_ccq_off/`: the `niah_single_*.jsonl.gz` records `ccq-eval niah` writes), this prints the share of
+answers shaped like the needle's value (its first word a digit string for a number, hex digits and dashes for a
+UUID: eight hex digits, a dash, then hex digits and dashes), the share whose first character is the value's first character, that share's chance level for a
+value-shaped guess (1/9 for the numbers, which start with 1-9; 1/16 for UUIDs), and the most common first word
+with its share.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import dataclasses
+import gzip
+import json
+import pathlib
+import re
+
+SHAPES = {"number": re.compile(r"\d+"), "uuid": re.compile(r"[0-9a-f]{8}-[0-9a-f-]*")}
+CHANCE = {"number": 1 / 9, "uuid": 1 / 16}
+
+
+@dataclasses.dataclass(frozen=True)
+class AnswerSummary:
+    """One S-NIAH task's answers in one evaluation folder."""
+    run: str
+    evaluation: str
+    task: str
+    samples: int
+    shaped: float
+    first_char_right: float
+    chance: float
+    most_common: str
+    most_common_share: float
+
+
+def value_kind(value: str) -> str:
+    """"number" or "uuid": the kind of a needle's value."""
+    return "number" if value.isdigit() else "uuid"
+
+
+def first_word(pred: str) -> str:
+    """The answer's first whitespace-separated word, without a trailing full stop."""
+    words = pred.split()
+    return words[0].rstrip(".") if words else ""
+
+
+def summarise(records: list[dict], run: str, evaluation: str) -> AnswerSummary:
+    """The shape, first-character and most-common statistics of one task's records (`pred`, `outputs`)."""
+    if not records:
+        raise ValueError(f"records: expected at least one S-NIAH record of {run}/{evaluation}, got none")
+    kinds = {value_kind(r["outputs"][0]) for r in records}
+    if len(kinds) != 1:
+        raise ValueError(f"records: expected one kind of needle value per task, got {sorted(kinds)}")
+    kind = kinds.pop()
+    words = [first_word(r["pred"]) for r in records]
+    shaped = sum(bool(SHAPES[kind].fullmatch(w)) for w in words)
+    right = sum(w[:1] == r["outputs"][0][:1] for w, r in zip(words, records))
+    common, count = collections.Counter(words).most_common(1)[0]
+    n = len(records)
+    return AnswerSummary(run, evaluation, records[0]["task"], n, shaped / n, right / n, CHANCE[kind], common, count / n)
+
+
+def read_root(root: pathlib.Path) -> list[AnswerSummary]:
+    """Every run folder's S-NIAH evaluations under `root`, in name order."""
+    summaries = []
+    for path in sorted(root.glob("*/niah*/niah_single_*.jsonl.gz")):
+        with gzip.open(path, "rt") as f:
+            records = [json.loads(line) for line in f if line.strip()]
+        summaries.append(summarise(records, path.parent.parent.name, path.parent.name))
+    return summaries
+
+
+def table(summaries: list[AnswerSummary]) -> str:
+    """Markdown, one row per run, evaluation and task."""
+    lines = ["| run | evaluation | task | samples | value-shaped | first character right | chance | most common |",
+             "|---|---|---|---:|---:|---:|---:|---|"]
+    for s in summaries:
+        lines.append(f"| {s.run} | {s.evaluation} | {s.task} | {s.samples} | {100 * s.shaped:.0f} % | "
+                     f"{100 * s.first_char_right:.0f} % | {100 * s.chance:.0f} % | "
+                     f"`{s.most_common}` ({100 * s.most_common_share:.0f} %) |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("root", type=pathlib.Path, help="the folder of run folders (results/lm)")
+    a = p.parse_args(argv)
+    summaries = read_root(a.root)
+    if not summaries:
+        p.error(f"root: no */niah*/niah_single_*.jsonl.gz under {a.root}")
+    print(table(summaries))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

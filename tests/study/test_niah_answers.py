@@ -1,0 +1,72 @@
+"""study/lm/niah_answers.py: the shape, first-character and most-common shares of S-NIAH answers, counted on
+hand-made records and read from gzipped evaluation folders, the committed ones included."""
+
+import gzip
+import json
+import pathlib
+
+import pytest
+
+from study.lm.niah_answers import CHANCE, first_word, main, read_root, summarise, value_kind
+
+RESULTS = pathlib.Path(__file__).resolve().parents[2] / "results" / "lm"
+
+
+def _record(pred, value, task="niah_single_2"):
+    return {"task": task, "pred": pred, "outputs": [value], "score": float(value in pred)}
+
+
+def test_value_kind_and_first_word():
+    assert value_kind("7389470") == "number"
+    assert value_kind("21f63b1a-c57d-4271-a6c3-0ff29dead885") == "uuid"
+    assert first_word("5967.\n\nThe default is") == "5967"
+    assert first_word("  ") == ""
+
+
+def test_summary_counts_shape_first_character_and_the_most_common_answer():
+    records = [_record("5967.", "5123456"), _record("5967. and more", "3123456"), _record("the sky", "1234567"),
+               _record("88.", "8000000")]
+    s = summarise(records, "run", "niah")
+    assert (s.samples, s.shaped, s.first_char_right) == (4, 0.75, 0.5)
+    assert (s.most_common, s.most_common_share, s.chance) == ("5967", 0.5, CHANCE["number"])
+
+
+def test_uuid_answers_need_the_uuid_shape():
+    value = "21f63b1a-c57d-4271-a6c3-0ff29dead885"
+    s = summarise([_record("21f63b1a-c57d.", value, "niah_single_3"), _record("2167.", value, "niah_single_3")],
+                  "run", "niah")
+    assert (s.shaped, s.first_char_right, s.chance) == (0.5, 1.0, 1 / 16)
+
+
+def test_refuses_no_records_and_mixed_value_kinds():
+    with pytest.raises(ValueError, match="records: expected at least one"):
+        summarise([], "run", "niah")
+    with pytest.raises(ValueError, match="one kind of needle value"):
+        summarise([_record("1", "1234567"), _record("1", "21f63b1a-c57d-4271-a6c3-0ff29dead885")], "run", "niah")
+
+
+def test_reads_gzipped_folders_and_prints_a_row_each(tmp_path, capsys):
+    folder = tmp_path / "gla-100m" / "niah_ccq_off"
+    folder.mkdir(parents=True)
+    with gzip.open(folder / "niah_single_1.jsonl.gz", "wt") as f:
+        f.write("\n".join(json.dumps(_record(p, "7389470", "niah_single_1")) for p in ("7389470.", "the")) + "\n")
+    [s] = read_root(tmp_path)
+    assert (s.run, s.evaluation, s.task, s.shaped, s.first_char_right) == ("gla-100m", "niah_ccq_off",
+                                                                           "niah_single_1", 0.5, 0.5)
+    assert main([str(tmp_path)]) == 0
+    assert "| gla-100m | niah_ccq_off | niah_single_1 | 2 | 50 % | 50 % | 11 % | `7389470` (50 %) |" in (
+        capsys.readouterr().out)
+    with pytest.raises(SystemExit):
+        main([str(tmp_path / "gla-100m")])
+
+
+def test_an_exact_match_is_value_shaped_with_the_right_first_character():
+    for value, task in (("7389470", "niah_single_1"), ("21f63b1a-c57d-4271-a6c3-0ff29dead885", "niah_single_3")):
+        s = summarise([_record(f"{value}.", value, task)], "run", "niah")
+        assert s.shaped == s.first_char_right == s.most_common_share == 1.0
+
+
+def test_reads_every_committed_evaluation():
+    summaries = read_root(RESULTS)
+    assert {s.run for s in summaries} >= {"gla-100m-retrieval1600", "ccq-gla-100m-retrieval1600"}
+    assert {s.samples for s in summaries} == {80}  # 4 lengths x 5 depths x 4 samples per task
