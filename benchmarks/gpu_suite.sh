@@ -15,13 +15,19 @@
 #            .device/old: `git archive COMMIT ccq_jax pallas_kernels train eval | tar x -C .device/old`) and after
 #            (this tree): the 2.6M MQAR run, then ~100M GLA on packed text (byte-level shards of the docs; the
 #            model keeps its 32K vocabulary); then the other 100M families after only (LOOP_MODELS)
+#   inference  GPU 0: benchmarks/inference.py for PRESETS (default gla-1.3b), fla's model of its backbone first
+#            (FLA="" leaves it out: one call per preset, fla with the first), profiles and decode step counts,
+#            INFERENCE_ARGS added (e.g. "--generate 16:2048"), stopped after LIMIT seconds (default 540); each
+#            record is written as it is measured, and the table of what was is printed last
+#   graphs   the same without fla, the decode loop as CUDA graphs (XLA command buffers for WHILE and CONDITIONAL),
+#            PRESETS default gla-1.3b,ccq-gla-1.3b, prefill 1:2048 and decode 1:2048,16:2048 only
 #
 # fla's Triton autotuning results are cached in $TRITON_CACHE_DIR (default /tmp/tcache), seeded from
 # .whl/tcache.tgz when that exists and written to OUTDIR/tcache.tgz: copy it to .whl/ to skip minutes of
 # autotuning on the next machine (only the *.autotune.json files, a few hundred KB).
 set -u
-STAGE=${1:?usage: gpu_suite.sh check|kernels|train|loop|inference OUTDIR}
-OUT=${2:?usage: gpu_suite.sh check|kernels|train|loop|inference OUTDIR}
+STAGE=${1:?usage: gpu_suite.sh check|kernels|train|loop|inference|graphs OUTDIR}
+OUT=${2:?usage: gpu_suite.sh check|kernels|train|loop|inference|graphs OUTDIR}
 mkdir -p "$OUT"
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
 export PYTHONPATH=$PWD:/tmp/site PYTHONUNBUFFERED=1 TRITON_CACHE_AUTOTUNING=1
@@ -78,12 +84,16 @@ loop)
       --set "data.paths=[$shards]" --probe 0 --out "$OUT/loop.jsonl" 2>&1 | tail -1
   done ;;
 inference)
-  presets=${PRESETS:-gla-1.3b ccq-gla-1.3b}
-  on 0 python3 benchmarks/inference.py --presets ${presets// /,} --fla --profile --count-ops ${INFERENCE_ARGS:-} \
-    --out "$OUT/inference.jsonl" > "$OUT/inference.log" 2>&1; grep -v '^{' "$OUT/inference.log" | tail -40
-  XLA_FLAGS=--xla_gpu_enable_command_buffer=+WHILE,+CONDITIONAL on 0 python3 benchmarks/inference.py \
-    --presets ${presets// /,} --prefill 1:2048 --decode 1:2048,16:2048 --generate 16:2048 --count-ops \
-    --out "$OUT/inference.jsonl" > "$OUT/inference-graphs.log" 2>&1; grep -v '^{' "$OUT/inference-graphs.log" | tail -20 ;;
-*) echo "unknown stage $STAGE (check, kernels, train, loop, inference)"; exit 2 ;;
+  on 0 timeout -k 5 "${LIMIT:-540}" python3 benchmarks/inference.py --presets "${PRESETS:-gla-1.3b}" ${FLA---fla} \
+    --profile --count-ops ${INFERENCE_ARGS:-} --out "$OUT/inference.jsonl" > "$OUT/inference.log" 2>&1
+  echo "inference.py rc $?"; grep -v '^{' "$OUT/inference.log" | tail -8
+  [ -s "$OUT/inference.jsonl" ] && python3 benchmarks/inference.py --table "$OUT/inference.jsonl" ;;
+graphs)
+  XLA_FLAGS=--xla_gpu_enable_command_buffer=+WHILE,+CONDITIONAL on 0 timeout -k 5 "${LIMIT:-540}" python3 \
+    benchmarks/inference.py --presets "${PRESETS:-gla-1.3b,ccq-gla-1.3b}" --prefill 1:2048 --decode 1:2048,16:2048 \
+    --generate 16:2048 --profile --count-ops ${INFERENCE_ARGS:-} --out "$OUT/graphs.jsonl" > "$OUT/graphs.log" 2>&1
+  echo "inference.py rc $?"; grep -v '^{' "$OUT/graphs.log" | tail -8
+  [ -s "$OUT/graphs.jsonl" ] && python3 benchmarks/inference.py --table "$OUT/graphs.jsonl" ;;
+*) echo "unknown stage $STAGE (check, kernels, train, loop, inference, graphs)"; exit 2 ;;
 esac
 (cd "$TRITON_CACHE_DIR" && find . -name "*.autotune.json" -print0 | tar czf "$OUT/tcache.tgz" --null -T -)

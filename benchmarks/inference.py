@@ -19,10 +19,13 @@ kernels):
   cache read and written once;
 - `generate` B:P: `generate` of `--tokens` new tokens after a P-token prompt, prefill included, in tokens/s,
   with the cache's bytes per sequence (constant in P for the linear models);
-- with `--profile` (GPU only), `decode profile` B:P for the first `--decode` shape: one decode loop traced
-  (`jax.profiler`), its GPU kernels per token, their busy time per token and its split by kind (matmul, XLA
-  fusion, copy, Pallas/other). Busy time near `floor_ms` with a decode time far above it means the step is
-  bound by launches, not by memory: fewer kernels per token (or CUDA graphs) is then the way down;
+- with `--profile` (GPU only), `prefill profile` B:P for the first `--prefill` shape and `decode profile` B:P
+  for the first `--decode` shape: one call traced (`jax.profiler`), its GPU kernels (per token for decode),
+  their busy time and its split by kind (matmul, XLA fusion, copy, Pallas/other), and the span from the first
+  kernel's start to the last one's end. A prefill whose span is far below its `ms` waited on the host before
+  its first kernel or after its last; busy time far below the span means gaps between kernels. Decode busy time
+  near `floor_ms` with a decode time far above it means the step is bound by launches, not by memory: fewer
+  kernels per token (or CUDA graphs) is then the way down;
 - with `--count-ops` (any backend), `decode step ops` B: the operations one compiled decode step's entry
   computation launches, by opcode, and the bytes they touch (`benchmarks/inference_kernels.py`, which also compiles
   for an H200 on a machine without one).
@@ -34,6 +37,8 @@ table gives the ratio; CCQ presets are compared with their backbone's fla model.
 """
 
 import argparse
+import itertools
+import json
 import os
 import time
 
@@ -74,26 +79,31 @@ def _prompt(batch: int, length: int, vocab: int, seed: int = 0):
 
 
 def kernel_summary(events: list, tokens: int) -> dict:
-    """GPU kernels per token of a traced decode loop of `tokens` tokens: count, busy milliseconds, and busy
-    milliseconds by kind (`benchmarks.gpu_trace.kind`), from the trace's events."""
+    """GPU kernels per token of a traced call that made `tokens` tokens (a decode loop; 1 for a whole prefill):
+    count, busy milliseconds, busy milliseconds by kind (`benchmarks.gpu_trace.kind`), and the span from the first
+    kernel's start to the last one's end (busy time far below the span: the GPU waited between kernels, on
+    launches or on the host), from the trace's events."""
     kernels = gpu_kernels(events)
     per_kind = {k: us / 1e3 / tokens for k, us in by_kind(kernel_times(kernels)[0]).items()}
+    span_us = (max(e["ts"] + e.get("dur", 0.0) for e in kernels) - min(e["ts"] for e in kernels)) if kernels else 0.0
     return {"kernels_per_token": len(kernels) / tokens, "kernel_ms_per_token": sum(per_kind.values()),
-            "by_kind_ms": per_kind}
-
-
-def _profile_decode(served, first, cache, tokens: int) -> dict:
-    """kernel_summary of one traced decode loop (compiled beforehand by the timing)."""
-    return kernel_summary(trace_call(lambda: decode(served, first, cache, tokens)[0]), tokens)
+            "span_ms_per_token": span_us / 1e3 / tokens, "by_kind_ms": per_kind}
 
 
 def ours(preset: str, dtype: str, prefills, decodes, generates, tokens: int, repeats: int, hbm_tb_s: float,
          profile: bool = False, count_ops: bool = False, attn_impl: str = "chunk"):
-    """Records of our side for one preset (see the module docstring); `attn_impl`: the linear presets' prefill
-    kernels (`ccq_jax.ops` impl)."""
+    """Records of our side for one preset (see the module docstring), yielded as each is measured, so that a
+    run stopped by a time limit keeps what it measured; `attn_impl`: the linear presets' prefill kernels
+    (`ccq_jax.ops` impl). The arguments are checked here, before anything is built."""
     if profile and jax.default_backend() != "gpu":
-        raise ValueError(f"profile: the decode profile reads GPU kernels; expected a GPU backend, got "
+        raise ValueError(f"profile: the profiles read GPU kernels; expected a GPU backend, got "
                          f"{jax.default_backend()!r}")
+    return _measure(preset, dtype, prefills, decodes, generates, tokens, repeats, hbm_tb_s, profile, count_ops,
+                    attn_impl)
+
+
+def _measure(preset, dtype, prefills, decodes, generates, tokens, repeats, hbm_tb_s, profile, count_ops, attn_impl):
+    """The generator behind `ours`."""
     linear = {} if preset.startswith("transformer") else {"attn_impl": attn_impl}
     config = get_config(preset, dtype=dtype, param_dtype=dtype, **linear)
     model = CausalLM(config, rngs=nnx.Rngs(0))
@@ -101,39 +111,39 @@ def ours(preset: str, dtype: str, prefills, decodes, generates, tokens: int, rep
     weight_bytes = count_params(config) * np.dtype(dtype).itemsize
     base = {"side": "ours", "preset": preset, "dtype": dtype, "device": jax.devices()[0].device_kind,
             "xla_flags": os.environ.get("XLA_FLAGS", ""), **linear}
-    records = [{**base, "what": "split", "ms": 1e3 * best_seconds(lambda: nnx.split(model)[1], repeats),
-                "graph_hash_ms": 1e3 * best_seconds(lambda: hash(served.graphdef), repeats, wait=lambda _: None)}]
+    yield {**base, "what": "split", "ms": 1e3 * best_seconds(lambda: nnx.split(model)[1], repeats),
+           "graph_hash_ms": 1e3 * best_seconds(lambda: hash(served.graphdef), repeats, wait=lambda _: None)}
     if count_ops:
         for b in sorted({b for b, _ in decodes}):
             step = decode_step_kernels(served, decode_rows(b, jax.default_backend()))
-            records.append({**base, "what": "decode step ops", "batch": b, "ops": step["kernels"],
-                            "bytes": step["bytes"], "by_op": step["by_op"],
-                            "per_layer": step["kernels"] / config.num_hidden_layers})
+            yield {**base, "what": "decode step ops", "batch": b, "ops": step["kernels"], "bytes": step["bytes"],
+                   "by_op": step["by_op"], "per_layer": step["kernels"] / config.num_hidden_layers}
     for b, p in prefills:
         ids = _prompt(b, p, config.vocab_size)
         for what, m in (("prefill", served), ("prefill, re-split", model)):
             done, returned = best_times(lambda: prefill(m, ids, init_cache(m, b, p))[0], repeats)
-            records.append({**base, "what": what, "batch": b, "prompt": p, "ms": 1e3 * done,
-                            "host_ms": 1e3 * returned})
+            yield {**base, "what": what, "batch": b, "prompt": p, "ms": 1e3 * done, "host_ms": 1e3 * returned}
+        if profile and (b, p) == prefills[0]:
+            events = trace_call(lambda: prefill(served, ids, init_cache(served, b, p))[0])
+            yield {**base, "what": "prefill profile", "batch": b, "prompt": p, **kernel_summary(events, 1)}
     for b, p in decodes:
         logits, cache = prefill(served, _prompt(b, p, config.vocab_size), init_cache(served, b, p + tokens))
         first = logits[:, -1].argmax(-1)
         floor = weight_bytes / (hbm_tb_s * 1e12)
         for rows in sorted({decode_rows(b, jax.default_backend()), b}, reverse=True):  # what runs; B rows as before
             seconds = best_seconds(lambda: decode(served, first, cache, tokens, rows=rows)[0], repeats) / tokens
-            records.append({**base, "what": "decode", "batch": b, "prompt": p, "rows": rows, "ms": 1e3 * seconds,
-                            "floor_ms": 1e3 * floor, "state_floor_ms": 1e3 * (floor + 2 * cache_nbytes(cache) /
-                                                                                (hbm_tb_s * 1e12))})
+            yield {**base, "what": "decode", "batch": b, "prompt": p, "rows": rows, "ms": 1e3 * seconds,
+                   "floor_ms": 1e3 * floor,
+                   "state_floor_ms": 1e3 * (floor + 2 * cache_nbytes(cache) / (hbm_tb_s * 1e12))}
         if profile and (b, p) == decodes[0]:
-            records.append({**base, "what": "decode profile", "batch": b, "prompt": p,
-                            **_profile_decode(served, first, cache, tokens)})
+            events = trace_call(lambda: decode(served, first, cache, tokens)[0])  # compiled by the timing
+            yield {**base, "what": "decode profile", "batch": b, "prompt": p, **kernel_summary(events, tokens)}
     for b, p in generates:
         ids = _prompt(b, p, config.vocab_size)
         seconds = best_seconds(lambda: generate(served, ids, tokens), repeats)
-        records.append({**base, "what": "generate", "batch": b, "prompt": p, "ms": 1e3 * seconds,
-                        "tokens_per_s": b * tokens / seconds,
-                        "cache_bytes_per_sequence": cache_nbytes(init_cache(served, 1, p + tokens))})
-    return records
+        yield {**base, "what": "generate", "batch": b, "prompt": p, "ms": 1e3 * seconds,
+               "tokens_per_s": b * tokens / seconds,
+               "cache_bytes_per_sequence": cache_nbytes(init_cache(served, 1, p + tokens))}
 
 
 def table(records) -> str:
@@ -167,12 +177,18 @@ def main(argv=None) -> int:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--hbm-tb-s", type=float, default=4.8, help="memory bandwidth for the decode floor")
     p.add_argument("--fla", action="store_true", help="also time fla's plain backbones (needs torch, fla, CUDA)")
-    p.add_argument("--profile", action="store_true", help="trace the first decode shape's GPU kernels per token")
+    p.add_argument("--profile", action="store_true",
+                   help="trace the first prefill shape's and the first decode shape's GPU kernels")
     p.add_argument("--count-ops", action="store_true", help="count the operations of one compiled decode step")
-    p.add_argument("--out", help="JSON lines, appended")
+    p.add_argument("--out", help="JSON lines, appended as each record is measured")
+    p.add_argument("--table", nargs="+", metavar="JSONL",
+                   help="measure nothing: print the table and summaries of records written by earlier runs")
     a = p.parse_args(argv)
     if a.tokens < 1 or a.repeats < 1:
         p.error(f"--tokens and --repeats: expected >= 1, got {a.tokens} and {a.repeats}")
+    if a.table:
+        summarise([json.loads(line) for path in a.table for line in open(path) if line.strip()])
+        return 0
     results = []
     for preset in a.presets.split(","):
         new = ours(preset, a.dtype, a.prefill, a.decode, a.generate, a.tokens, a.repeats, a.hbm_tb_s, a.profile,
@@ -181,17 +197,25 @@ def main(argv=None) -> int:
         if a.fla and not any(r["side"] == "fla" and r["preset"] == plain for r in results):
             from benchmarks.inference_fla import fla_records  # torch only when asked for
 
-            new += fla_records(plain, a.prefill, a.decode, a.tokens, a.repeats)
-        results += records.show(new)
-    records.append(a.out, results)
+            # fla first: it compiles nothing, so a time limit that stops the run leaves both sides of the first shapes
+            new = itertools.chain(fla_records(plain, a.prefill, a.decode, a.tokens, a.repeats), new)
+        for record in new:  # each kept as soon as it is measured
+            results += records.show([record])
+            records.append(a.out, [record])
+    summarise(results)
+    return 0
+
+
+def summarise(results) -> None:
+    """Print the table of `results` and a line per decode step count and per profile."""
     print(table(results))
     for r in (r for r in results if r["what"] == "decode step ops"):
         print(f"{r['preset']} decode step B={r['batch']}: {r['ops']} operations ({r['per_layer']:.1f} per layer), "
               f"{r['bytes'] / 1e9:.3f} GB touched: {r['by_op']}")
-    for r in (r for r in results if r["what"] == "decode profile"):
-        print(f"{r['preset']} decode B={r['batch']} P={r['prompt']}: {r['kernels_per_token']:.0f} kernels and "
-              f"{r['kernel_ms_per_token']:.3f} ms of kernel time per token, by kind {r['by_kind_ms']}")
-    return 0
+    for r in (r for r in results if r["what"] in ("prefill profile", "decode profile")):
+        print(f"{r['preset']} {r['what']} B={r['batch']} P={r['prompt']}: {r['kernels_per_token']:.0f} kernels, "
+              f"{r['kernel_ms_per_token']:.3f} ms busy in a {r.get('span_ms_per_token', float('nan')):.3f} ms span"
+              f"{' per token' if r['what'] == 'decode profile' else ''}, by kind {r['by_kind_ms']}")
 
 
 if __name__ == "__main__":

@@ -33,24 +33,23 @@ def _loop(model, ids, tokens: int):
 
 
 @torch.inference_mode()
-def fla_records(preset: str, prefills, decodes, tokens: int, repeats: int) -> list[dict]:
+def fla_records(preset: str, prefills, decodes, tokens: int, repeats: int):
+    """fla's records for `preset`'s plain backbone, yielded as each is measured."""
     register()
     config = config_to_fla(get_config(preset))
     model = AutoModelForCausalLM.from_config(AutoConfig.for_model(config.pop("model_type"), **config))
     model = model.to("cuda", torch.bfloat16).eval()
     base = {"side": "fla", "preset": preset, "dtype": "bfloat16", "device": torch.cuda.get_device_name()}
     vocab = model.config.vocab_size
-    records = []
     for b, p in prefills:
         ids = torch.randint(0, vocab, (b, p), device="cuda")
         seconds = _timed(lambda: model(ids, use_cache=True), repeats)
-        records.append({**base, "what": "prefill", "batch": b, "prompt": p, "ms": 1e3 * seconds})
+        yield {**base, "what": "prefill", "batch": b, "prompt": p, "ms": 1e3 * seconds}
     for b, p in decodes:
         ids = torch.randint(0, vocab, (b, p), device="cuda")
         first = _timed(lambda: model(ids, use_cache=True), repeats)
-        hf = _timed(lambda: model.generate(ids, max_new_tokens=tokens, min_new_tokens=tokens,
-                                                  do_sample=False), repeats)
         loop = _timed(lambda: _loop(model, ids, tokens), repeats)
-        for what, seconds in (("decode, HF generate", hf), ("decode", loop)):
-            records.append({**base, "what": what, "batch": b, "prompt": p, "ms": 1e3 * (seconds - first) / tokens})
-    return records
+        yield {**base, "what": "decode", "batch": b, "prompt": p, "ms": 1e3 * (loop - first) / tokens}
+        hf = _timed(lambda: model.generate(ids, max_new_tokens=tokens, min_new_tokens=tokens, do_sample=False),
+                    repeats)
+        yield {**base, "what": "decode, HF generate", "batch": b, "prompt": p, "ms": 1e3 * (hf - first) / tokens}

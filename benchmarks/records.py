@@ -1,4 +1,4 @@
-"""Benchmark rows as JSON lines: printed as each preset's rows land, appended to a file once all have."""
+"""Benchmark rows as JSON lines: printed, and appended to a file."""
 
 import json
 

@@ -4,6 +4,7 @@ their backbone)."""
 
 import argparse
 import ast
+import json
 from pathlib import Path
 
 import pytest
@@ -13,8 +14,8 @@ from benchmarks.inference_kernels import shapes
 
 
 def test_our_side_measures_each_kind_on_a_tiny_preset():
-    records = ours("gla-tiny", "float32", [(1, 16)], [(1, 16)], [(2, 8), (2, 32)], tokens=3, repeats=1,
-                   hbm_tb_s=1.0)
+    records = list(ours("gla-tiny", "float32", [(1, 16)], [(1, 16)], [(2, 8), (2, 32)], tokens=3, repeats=1,
+                        hbm_tb_s=1.0))
     assert [r["what"] for r in records] == ["split", "prefill", "prefill, re-split", "decode", "generate",
                                             "generate"]
     assert all(r["ms"] > 0 for r in records) and all(r["attn_impl"] == "chunk" for r in records)
@@ -73,22 +74,25 @@ def test_the_decode_profile_counts_gpu_kernels_per_token_by_kind():
     events = _track(1, 7, "/device:GPU:0", "Stream #13(Compute)") + _track(2, 1, "/host:CPU", "python")
     kernels = [("nvjet_hsh_128x64", 30.0), ("loop_multiply_fusion", 4.0), ("input_reduce_fusion", 6.0),
                ("triton_gla_decode", 10.0)] * 4  # 4 tokens
-    events += [{"ph": "X", "pid": 1, "tid": 7, "name": n, "dur": d} for n, d in kernels]
-    events += [{"ph": "X", "pid": 2, "tid": 1, "name": "PjitFunction(decode)", "dur": 9e3}]  # host: not counted
+    # each kernel starts 20 us after the previous one started: 15 gaps of 20 us, then the last one's 10 us
+    events += [{"ph": "X", "pid": 1, "tid": 7, "name": n, "dur": d, "ts": 100.0 + 20 * i}
+               for i, (n, d) in enumerate(kernels)]
+    events += [{"ph": "X", "pid": 2, "tid": 1, "name": "PjitFunction(decode)", "dur": 9e3, "ts": 0.0}]  # host
     got = kernel_summary(events, tokens=4)
     assert got["kernels_per_token"] == 4
     assert got["kernel_ms_per_token"] == pytest.approx(0.050)
+    assert got["span_ms_per_token"] == pytest.approx((15 * 20 + 10) / 1e3 / 4)
     assert got["by_kind_ms"] == pytest.approx({"matmul": 0.030, "fusion": 0.010, "pallas/other": 0.010})
 
 
 def test_the_decode_profile_is_refused_off_a_gpu():
-    with pytest.raises(ValueError, match="profile: the decode profile reads GPU kernels; expected a GPU backend"):
+    with pytest.raises(ValueError, match="profile: the profiles read GPU kernels; expected a GPU backend"):
         ours("gla-tiny", "float32", [], [(1, 8)], [], tokens=2, repeats=1, hbm_tb_s=1.0, profile=True)
 
 
 def test_the_decode_step_ops_are_counted_per_batch_and_layer():
-    records = ours("gla-tiny", "float32", [], [(1, 8), (2, 8)], [], tokens=2, repeats=1, hbm_tb_s=1.0,
-                   count_ops=True)
+    records = list(ours("gla-tiny", "float32", [], [(1, 8), (2, 8)], [], tokens=2, repeats=1, hbm_tb_s=1.0,
+                        count_ops=True))
     counted = [r for r in records if r["what"] == "decode step ops"]
     assert [r["batch"] for r in counted] == [1, 2]
     for r in counted:
@@ -101,3 +105,26 @@ def test_the_command_refuses_no_tokens_or_repeats(capsys):
     with pytest.raises(SystemExit):
         main(["--presets", "gla-tiny", "--tokens", "0"])
     assert "--tokens and --repeats: expected >= 1, got 0 and 3" in capsys.readouterr().err
+
+
+def _stopped_after_one(*args, **kwargs):
+    yield {"side": "ours", "preset": "gla-tiny", "what": "prefill", "batch": 1, "prompt": 8, "ms": 1.0}
+    raise TimeoutError("the call's time limit")
+
+
+def test_each_record_is_kept_as_it_is_measured(tmp_path, monkeypatch):
+    out = tmp_path / "inference.jsonl"
+    monkeypatch.setattr("benchmarks.inference.ours", _stopped_after_one)
+    with pytest.raises(TimeoutError):
+        main(["--presets", "gla-tiny", "--out", str(out)])
+    assert [json.loads(line)["what"] for line in out.read_text().splitlines()] == ["prefill"]
+
+
+def test_the_table_of_earlier_runs_reads_their_files(tmp_path, capsys):
+    ours_file, fla_file = tmp_path / "ours.jsonl", tmp_path / "fla.jsonl"
+    ours_file.write_text(json.dumps({"side": "ours", "preset": "gla-x", "what": "prefill", "batch": 1, "prompt": 8,
+                                     "ms": 3.0}) + "\n")
+    fla_file.write_text(json.dumps({"side": "fla", "preset": "gla-x", "what": "prefill", "batch": 1, "prompt": 8,
+                                    "ms": 6.0}) + "\n")
+    assert main(["--table", str(ours_file), str(fla_file)]) == 0
+    assert "| gla-x | prefill | 1 | 8 | 3.00 | 6.00 | 0.50 | - | - | - |" in capsys.readouterr().out
