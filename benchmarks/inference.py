@@ -79,16 +79,23 @@ def _prompt(batch: int, length: int, vocab: int, seed: int = 0):
     return jax.numpy.asarray(np.random.default_rng(seed).integers(0, vocab, (batch, length)), jax.numpy.int32)
 
 
+TOP_KERNELS = 12  # the kernel names a profile record lists with their time
+
+
 def kernel_summary(events: list, tokens: int) -> dict:
     """GPU kernels per token of a traced call that made `tokens` tokens (a decode loop; 1 for a whole prefill):
-    count, busy milliseconds, busy milliseconds by kind (`benchmarks.gpu_trace.kind`), and the span from the first
+    count, busy milliseconds, busy milliseconds by kind (`benchmarks.gpu_trace.kind`), the span from the first
     kernel's start to the last one's end (busy time far below the span: the GPU waited between kernels, on
-    launches or on the host), from the trace's events."""
+    launches or on the host), and the TOP_KERNELS kernel names of most time with their microseconds, from the
+    trace's events."""
     kernels = gpu_kernels(events)
-    per_kind = {k: us / 1e3 / tokens for k, us in by_kind(kernel_times(kernels)[0]).items()}
+    times = kernel_times(kernels)[0]
+    per_kind = {k: us / 1e3 / tokens for k, us in by_kind(times).items()}
     span_us = (max(e["ts"] + e.get("dur", 0.0) for e in kernels) - min(e["ts"] for e in kernels)) if kernels else 0.0
+    top = sorted(times.items(), key=lambda item: -item[1])[:TOP_KERNELS]
     return {"kernels_per_token": len(kernels) / tokens, "kernel_ms_per_token": sum(per_kind.values()),
-            "span_ms_per_token": span_us / 1e3 / tokens, "by_kind_ms": per_kind}
+            "span_ms_per_token": span_us / 1e3 / tokens, "by_kind_ms": per_kind,
+            "top_kernels_us_per_token": {name: us / tokens for name, us in top}}
 
 
 def ours(preset: str, dtype: str, prefills, decodes, generates, tokens: int, repeats: int, hbm_tb_s: float,

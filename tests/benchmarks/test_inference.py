@@ -82,6 +82,9 @@ def test_the_decode_profile_counts_gpu_kernels_per_token_by_kind():
     assert got["kernels_per_token"] == 4
     assert got["kernel_ms_per_token"] == pytest.approx(0.050)
     assert got["span_ms_per_token"] == pytest.approx((15 * 20 + 10) / 1e3 / 4)
+    assert list(got["top_kernels_us_per_token"].items()) == [
+        ("nvjet_hsh_128x64", 30.0), ("triton_gla_decode", 10.0), ("input_reduce_fusion", 6.0),
+        ("loop_multiply_fusion", 4.0)]
     assert got["by_kind_ms"] == pytest.approx({"matmul": 0.030, "fusion": 0.010, "pallas/other": 0.010})
 
 
