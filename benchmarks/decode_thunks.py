@@ -11,7 +11,6 @@ host-driven `kWhile` (its condition read back by the host every token) or was ta
 """
 
 import argparse
-import contextlib
 import json
 import os
 import pathlib
@@ -50,23 +49,18 @@ def compile_loop(preset: str, layers: int, rows: int, tokens: int, target: str) 
     import jax
     from flax import nnx
 
-    from benchmarks.inference_kernels import target_device
-    from ccq_jax.inference import decode, init_cache, split_model
+    from benchmarks.inference_kernels import abstract_cache, compiled_text, target_device
+    from ccq_jax.inference import decode, split_model
     from ccq_jax.inference.split import SplitModel
     from ccq_jax.models import CausalLM, get_config
 
     cut = {"num_hidden_layers": layers} if layers else {}
     config = get_config(preset, dtype="bfloat16", param_dtype="bfloat16", attn_impl="pallas", **cut)
     served = split_model(nnx.eval_shape(lambda: CausalLM(config, rngs=nnx.Rngs(0))))
-    merged = lambda state: SplitModel(served.graphdef, state, served.key)
-    device = target_device(target)
-    sharding = None if device is None else jax.sharding.SingleDeviceSharding(device)
-    place = lambda tree: jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding), tree)
-    cache = jax.eval_shape(lambda state: init_cache(merged(state), rows, 64), served.state)
+    run = lambda state, ids, cache: decode(SplitModel(served.graphdef, state, served.key), ids, cache, tokens,
+                                           rows=rows)
     ids = jax.ShapeDtypeStruct((rows,), jax.numpy.int32)
-    run = lambda state, ids, cache: decode(merged(state), ids, cache, tokens, rows=rows)
-    with jax.default_device(device) if device is not None else contextlib.nullcontext():
-        jax.jit(run).lower(*place((served.state, ids, cache))).compile()
+    compiled_text(run, (served.state, ids, abstract_cache(served, rows, 64)), target_device(target))
 
 
 def variant(flags: str, args) -> dict:

@@ -86,22 +86,25 @@ def _placed(device):
     return lambda tree: jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding), tree)
 
 
-def compiled_kernels(fn, args, device=None) -> dict:
-    """{kernels, bytes, by_op} of `jax.jit(fn)` compiled for `device` (None: the default backend) at the abstract
-    `args`; Pallas kernels lower for that device. Nothing is run."""
-    place = _placed(device)
-    lower = lambda: jax.jit(fn).lower(*place(args)).compile().as_text()
+def compiled_text(fn, args, device=None) -> str:
+    """The HLO text of `jax.jit(fn)` compiled for `device` (None: the default backend) at the abstract `args`;
+    Pallas kernels lower for that device. Nothing is run (this process's XLA_FLAGS apply, dumps included)."""
+    lower = lambda: jax.jit(fn).lower(*_placed(device)(args)).compile().as_text()
     if device is None:
-        text = lower()
-    else:
-        with jax.default_device(device):
-            text = lower()
-    kernels = entry_kernels(text)
+        return lower()
+    with jax.default_device(device):
+        return lower()
+
+
+def compiled_kernels(fn, args, device=None) -> dict:
+    """{kernels, bytes, by_op} of `compiled_text(fn, args, device)`'s entry computation."""
+    kernels = entry_kernels(compiled_text(fn, args, device))
     by_op = collections.Counter(op for op, _ in kernels)
     return {"kernels": len(kernels), "bytes": sum(b for _, b in kernels), "by_op": dict(by_op.most_common())}
 
 
-def _abstract_cache(served: SplitModel, batch: int, max_length: int):
+def abstract_cache(served: SplitModel, batch: int, max_length: int):
+    """The shapes of `init_cache(served, batch, max_length)`, nothing allocated."""
     return jax.eval_shape(lambda s: init_cache(SplitModel(served.graphdef, s), batch, max_length), served.state)
 
 
@@ -109,14 +112,14 @@ def decode_step_kernels(served: SplitModel, rows: int, device=None) -> dict:
     """`compiled_kernels` of one decode step (`decode_step`) of `rows` rows; `served.state` may be abstract."""
     step = lambda s, t, c: decode_step(SplitModel(served.graphdef, s), t, c, rows=rows)
     tokens = jax.ShapeDtypeStruct((rows,), jax.numpy.int32)
-    return compiled_kernels(step, (served.state, tokens, _abstract_cache(served, rows, 64)), device)
+    return compiled_kernels(step, (served.state, tokens, abstract_cache(served, rows, 64)), device)
 
 
 def prefill_kernels(served: SplitModel, batch: int, prompt: int, device=None) -> dict:
     """`compiled_kernels` of `prefill` of a `prompt`-token prompt for `batch` rows from an empty cache."""
     run = lambda s, ids, c: prefill(SplitModel(served.graphdef, s), ids, c)
     ids = jax.ShapeDtypeStruct((batch, prompt), jax.numpy.int32)
-    return compiled_kernels(run, (served.state, ids, _abstract_cache(served, batch, prompt)), device)
+    return compiled_kernels(run, (served.state, ids, abstract_cache(served, batch, prompt)), device)
 
 
 def measure(preset: str, dtype: str, prefills, batches, target: str, attn_impl: str, hbm_tb_s: float) -> list[dict]:

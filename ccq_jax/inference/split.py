@@ -13,7 +13,8 @@ The state holds the model's arrays as they were when split: split again after ch
 
 The compiled functions take the graphdef as a static argument, which jit hashes on every call, and flax hashes a
 GraphDef by walking the whole model: 2.9 ms per call for gla-1.3b on the 2-core CPU (`graph_hash_ms` of
-`benchmarks/inference.py`), more than a decode step of that model takes on an H200 (0.64 ms of bytes). A SplitModel therefore carries its `GraphKey`, hashed once.
+`benchmarks/inference.py`), more than a decode step of that model takes on an H200 (0.64 ms of bytes). A
+SplitModel therefore carries its `GraphKey`, hashed once.
 """
 
 from typing import NamedTuple

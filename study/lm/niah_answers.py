@@ -5,10 +5,10 @@
 Exact-match accuracy cannot tell a model that never learned the answer's format from one that answers in the
 right format with the wrong value. For each run folder under the root and each S-NIAH evaluation in it
 (`niah/`, `niah_ccq_off/`: the `niah_single_*.jsonl.gz` records `ccq-eval niah` writes), this prints the share of
-answers shaped like the needle's value (its first word a digit string for a number, hex digits and dashes for a
-UUID: eight hex digits, a dash, then hex digits and dashes), the share whose first character is the value's first character, that share's chance level for a
-value-shaped guess (1/9 for the numbers, which start with 1-9; 1/16 for UUIDs), and the most common first word
-with its share.
+answers shaped like the needle's value (its first word a digit string for a number; for a UUID eight hex digits,
+a dash, then hex digits and dashes), the share whose first character is the value's first character, that
+share's chance level for a value-shaped guess (1/9 for the numbers, which start with 1-9; 1/16 for UUIDs), and
+the most common first word with its share.
 """
 
 from __future__ import annotations

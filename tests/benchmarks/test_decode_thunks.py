@@ -1,6 +1,12 @@
 """benchmarks/decode_thunks.py: the thunk-sequence reader counts kernels inside and outside command buffers and
-tells a host-driven while loop from one inside a command buffer (an excerpt of a real H200 dump, and variants)."""
+tells a host-driven while loop from one inside a command buffer (an excerpt of a real H200 dump, and variants);
+a compile that dumps nothing is refused by name."""
 
+import argparse
+
+import pytest
+
+from benchmarks import decode_thunks
 from benchmarks.decode_thunks import thunk_summary
 
 DUMP = """000: kCommandBuffer [source       | next=006 (1)]
@@ -27,3 +33,10 @@ def test_a_loop_inside_a_command_buffer_is_not_host_driven():
     inside = "000: kCommandBuffer [source | sink]\n" + "\n".join("    " + line for line in DUMP.splitlines()[4:])
     got = thunk_summary(inside)
     assert got["host_while_loops"] == 0 and got["kernels_in_command_buffers"] == got["kernels"] == 4
+
+
+def test_a_compile_that_dumps_nothing_is_refused_by_name(monkeypatch):
+    monkeypatch.setattr(decode_thunks.subprocess, "run", lambda *args, **kwargs: None)  # the child writes no dump
+    args = argparse.Namespace(preset="gla-tiny", layers=0, rows=2, tokens=2, target="local")
+    with pytest.raises(RuntimeError, match="no thunk sequence dumped under XLA_FLAGS='--flag --xla_dump_to="):
+        decode_thunks.variant("--flag", args)
