@@ -140,8 +140,9 @@ KERNEL_OPS = {
 GATES = ("g", "g_head", "beta", "lam")
 
 
-def kernel_inputs(seed, t, h=2, dk=12, dv=20):
-    """fp32 inputs for every op, two rows of packed documents (`packed_segments`): row 0 with strong decay
+def kernel_inputs(seed, t, h=2, dk=12, dv=20, segments=True):
+    """fp32 inputs for every op, two rows of packed documents (`packed_segments`; one document each without
+    `segments`): row 0 with strong decay
     (exp(-7) per token on average), row 1 with half its gates exactly zero (fla's recipes).
 
     Keys have unit norm (the gated delta rule needs ||k|| <= 1 to stay stable over long T).
@@ -161,11 +162,11 @@ def kernel_inputs(seed, t, h=2, dk=12, dv=20):
         lam=f32(rng.uniform(0, 1, (2, t, h))),
         initial_state=f32(rng.standard_normal((2, h, dk, dv))),
         initial_stats=stats,
-        segment_ids=packed_segments(t),
+        segment_ids=packed_segments(t) if segments else None,
     )
 
 
-def _arguments(name, x, dtype):
+def op_arguments(name, x, dtype):
     """Positional and keyword inputs of op `name`; q, k, v in `dtype`, gates, beta, lam and states fp32."""
     pos = [jnp.asarray(x[n], dtype) if n in "qkv" else x[n] for n in KERNEL_OPS[name]]
     kw = {}
@@ -183,7 +184,7 @@ def check_op(name, x, chunk, dtype=jnp.float32, impl="pallas", **options):
     rounded values): fla's tolerances. options: the op's keyword options (centered=False, ...).
     """
     op = functools.partial(getattr(ops, name), **options)
-    pos, kw = _arguments(name, x, dtype)
+    pos, kw = op_arguments(name, x, dtype)
     ref_pos = [np.asarray(p, np.float32) for p in pos]
     call = dict(**flags(op), segment_ids=x["segment_ids"])
     got = op(*pos, **kw, **call, impl=impl, chunk_size=chunk)

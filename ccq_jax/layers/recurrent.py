@@ -19,7 +19,7 @@ from ccq_jax.layers.cache import RecurrentCache
 from ccq_jax.layers.ccq import CCQGate
 from ccq_jax.layers.conv import ShortConvolution
 from ccq_jax.layers.shapes import split_heads
-from ccq_jax.ops import CCQStats
+from ccq_jax.ops import CCQStats, REFERENCES
 
 
 class RecurrentMixer(nnx.Module):
@@ -91,7 +91,7 @@ class RecurrentMixer(nnx.Module):
                   initial_state=None if cache is None else cache.state)
         if impl == self.attn_impl and self.chunk_size is not None:
             kw["chunk_size"] = self.chunk_size
-        if impl == self.attn_impl and self.interpret is not None:
+        if impl not in REFERENCES and self.interpret is not None:
             kw["interpret"] = self.interpret
         if not self._ccq_on:
             o, state = reads[0](q, k, *args, **kw)

@@ -105,8 +105,9 @@ class LinearAttentionConfig(ModelConfig):
     attn_impl: str = "chunk"
     decode_impl: str = "recurrent"
     chunk_size: int | None = None
-    # the kernels' `interpret` (`ccq_jax.ops`): None interprets them exactly on a CPU; False compiles them also
-    # there, for ahead-of-time compilation to another platform (`ccq-compile` for a TPU topology)
+    # the kernels' `interpret` (`ccq_jax.ops`), for attn_impl's and decode_impl's: None interprets them exactly on a
+    # CPU; False compiles them also there, for ahead-of-time compilation to another platform (`ccq-compile` for a
+    # TPU topology)
     interpret: bool | None = None
     use_short_conv: bool = False
     conv_size: int = 4
@@ -116,9 +117,9 @@ class LinearAttentionConfig(ModelConfig):
         configlib.check_choice("attn_impl", self.attn_impl, IMPLS)
         configlib.check_choice("decode_impl", self.decode_impl, IMPLS)
         check.integer("chunk_size", self.chunk_size, minimum=1, optional=True)
-        if self.interpret is not None and self.attn_impl in REFERENCES:
-            raise ValueError(f"interpret: attn_impl={self.attn_impl!r} runs no kernels; leave interpret unset "
-                             f"(None) or pick a kernel impl")
+        if self.interpret is not None and self.attn_impl in REFERENCES and self.decode_impl in REFERENCES:
+            raise ValueError(f"interpret: attn_impl={self.attn_impl!r} and decode_impl={self.decode_impl!r} run no "
+                             f"kernels; leave interpret unset (None) or pick a kernel impl")
         check.integer("conv_size", self.conv_size, minimum=1)
 
 

@@ -17,10 +17,10 @@ from jax._src.pallas.triton import gpu_info, lowering, pallas_call_registration
 import ccq_jax.ops as ops
 
 
-def lowered_kernels(op, dtype, impl="pallas"):
+def lowered_kernels(op, dtype, impl="pallas", tokens=128):
     """([(kernel name, Triton IR text, num_warps, num_stages)], the number of Mosaic GPU kernels) of `op`'s forward
-    and backward for impl (compiled for a GPU: interpret=False), the Triton ones in lowering order (this tool
-    measures those; the Mosaic GPU ones are counted)."""
+    and backward for impl (compiled for a GPU: interpret=False) at `tokens` tokens (1: a decode step, on the one-token
+    kernels), the Triton ones in lowering order (this tool measures those; the Mosaic GPU ones are counted)."""
     info = gpu_info.GpuInfo(gpu_version=None, arch_name="9.0", compute_capability=90)
     modules, kernels, mosaic = [], [], []
     lower, custom_call = lowering.lower_jaxpr_to_triton_module, mlir.custom_call
@@ -43,7 +43,7 @@ def lowered_kernels(op, dtype, impl="pallas"):
     lowering.lower_jaxpr_to_triton_module, mlir.custom_call = capture_module, capture_call
     pallas_call_registration.gpu_info_lib.get_gpu_info = lambda: info
     try:
-        B, T, H, K, V = 1, 128, 2, 256, 512
+        B, T, H, K, V = 1, tokens, 2, 256, 512
         spec = lambda *shape, d=dtype: jax.ShapeDtypeStruct(shape, d)
         f32 = jnp.float32
         args = {"q": spec(B, T, H, K), "k": spec(B, T, H, K), "v": spec(B, T, H, V), "g": spec(B, T, H, K, d=f32),

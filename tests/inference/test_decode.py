@@ -10,10 +10,15 @@ from tests.builders import build, forward, MODEL_CASES as CASES, rel_rms, token_
 T, PROMPT = 18, 11
 
 
-@pytest.mark.parametrize("case", list(CASES))
-def test_prefill_then_decode_reproduces_the_full_forward(case):
-    """Row 0 packs two documents (the second continues through decoding); rows 1 and 2 are one document each."""
-    model = build(*CASES[case])
+LINEAR = [c for c in CASES if c != "transformer"]
+
+
+@pytest.mark.parametrize("case,decode_impl", [(c, None) for c in CASES] + [(c, "pallas") for c in LINEAR])
+def test_prefill_then_decode_reproduces_the_full_forward(case, decode_impl):
+    """Row 0 packs two documents (the second continues through decoding); rows 1 and 2 are one document each.
+    decode_impl="pallas": the steps on the one-token kernels (`pallas_kernels.recurrent_step`, interpreted here)."""
+    name, overrides = CASES[case]
+    model = build(name, dict(overrides, **({"decode_impl": decode_impl} if decode_impl else {})))
     ids = token_ids((3, T), seed=5)
     segments = jnp.asarray([[0] * 4 + [1] * (T - 4), [3] * T, [0] * T], jnp.int32)
     full = forward(model, ids, segments)

@@ -46,6 +46,14 @@ def test_ccq_options(x, name, centered, normalize_keys):
     check_op(name, x, 64, jnp.bfloat16, centered=centered, normalize_keys=normalize_keys)
 
 
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16], ids=["fp32", "bf16"])
+def test_one_token_against_recurrence(dtype):
+    """T = 1 (a decode step): the one-token kernels (`pallas_kernels.recurrent_step`), compiled, at the 1.3B heads."""
+    one = inputs(43, t=1, h=4, dk=256, dv=512, segments=False)
+    for name in ["gla", "gated_delta_rule", "ccq_query", "ccq_gla", "ccq_gated_delta_rule"]:
+        check_op(name, one, 64, dtype)
+
+
 # the Mosaic GPU passes against their Triton twins: the benchmark's heads, 16 chunks of 64
 _B, _T, _H, _DK, _DV, _C = 2, 1024, 6, 256, 512, 64
 

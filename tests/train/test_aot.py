@@ -38,9 +38,10 @@ def test_for_tpu_keeps_references_and_refuses_gpu_kernels():
         for_tpu(get_config("gla-tiny", attn_impl="pallas_triton"))
 
 
-def test_interpret_is_refused_for_a_reference_impl():
-    with pytest.raises(ValueError, match="interpret: attn_impl='chunk' runs no kernels"):
+def test_interpret_is_refused_where_no_impl_runs_kernels():
+    with pytest.raises(ValueError, match="interpret: attn_impl='chunk' and decode_impl='recurrent' run no kernels"):
         get_config("gla-tiny", attn_impl="chunk", interpret=False)
+    assert get_config("gla-tiny", attn_impl="chunk", decode_impl="pallas", interpret=False).interpret is False
 
 
 def test_an_unknown_topology_says_what_a_topology_looks_like():

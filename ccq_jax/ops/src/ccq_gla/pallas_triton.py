@@ -1,6 +1,7 @@
 """`ccq_query` feeding `gla` on the Triton kernels, under one custom VJP (`ccq_query.fused`)."""
 
-from ccq_jax.ops.pallas_layout import Launch
+from ccq_jax.ops import token_step
+from ccq_jax.ops.pallas_layout import Launch, check_chunk
 from ccq_jax.ops.registry import triton_support
 from ccq_jax.ops.src.ccq_query.fused import Backbone, fused_op
 from ccq_jax.ops.src.gla import pallas_triton as gla
@@ -12,6 +13,11 @@ def ccq_gla(q, k, v, g, lam, *, scale, initial_state, initial_stats, centered, n
             config, chunk_size=64):
     """See `ccq_jax.ops.ccq_gla`."""
     run = Launch(interpret, config)
+    if token_step.one_token(q):  # a decode step: the read's and the backbone's step kernels
+        check_chunk(chunk_size, interpret)
+        return token_step.ccq_gla(q, k, v, g, lam, scale=scale, initial_state=initial_state,
+                                  initial_stats=initial_stats, centered=centered, normalize_keys=normalize_keys,
+                                  docs=docs, run=run)
     inputs, g = gla.padded_inputs(q, k, v, g, initial_state, chunk_size, run)
     backbone = Backbone.bind(gla.vjp_forward, gla.vjp_backward, scale, inputs.chunk, "channel", v.dtype, run)
     return fused_op(backbone, inputs, (inputs.qkv[2], g), lam, initial_stats, centered, normalize_keys, docs, run)

@@ -14,6 +14,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
+from ccq_jax.ops import token_step
 from ccq_jax.ops.numerics import L2_NORM_EPS, vary_like
 from ccq_jax.ops.pallas_layout import Launch, check_chunk, layout, pad, pad_state, per_chunk, recompute_from, width
 from ccq_jax.ops.recurrences import diagonal_scan, fold_initial
@@ -109,6 +110,9 @@ def ccq_query(q, k, lam, *, centered, normalize_keys, initial_stats, docs, inter
     run = Launch(interpret, config)
     b, t, h, dk = q.shape
     chunk = check_chunk(chunk_size, interpret)
+    if token_step.one_token(q):  # a decode step: one kernel (`ccq_jax.ops.token_step`)
+        return token_step.ccq_query(q, k, lam, centered=centered, normalize_keys=normalize_keys,
+                                    initial_stats=initial_stats, docs=docs, run=run)
     tp, kp = t + (-t % chunk), width(dk)
     dtype = jnp.result_type(q, k)
     padded = [pad(x.astype(dtype), tp, kp) for x in (q, k)]

@@ -13,7 +13,8 @@ from typing import Callable, NamedTuple
 
 import jax
 
-from ccq_jax.ops.pallas_layout import Launch, backbone_inputs, chunk_cumsum, layout, pad, recompute_from
+from ccq_jax.ops import token_step
+from ccq_jax.ops.pallas_layout import Launch, backbone_inputs, check_chunk, chunk_cumsum, layout, pad, recompute_from
 from ccq_jax.ops.registry import triton_support
 from ccq_jax.ops.src.gated_delta_rule.factors import head_factors
 from pallas_kernels import delta_rule, delta_wy
@@ -120,6 +121,10 @@ def with_passes(passes):
 
     def gated_delta_rule(q, k, v, g, beta, *, scale, initial_state, docs, interpret, config, chunk_size=64):
         run = Launch(interpret, config)
+        if token_step.one_token(q):  # a decode step: one kernel (`ccq_jax.ops.token_step`)
+            check_chunk(chunk_size, interpret, GPU_MAX_CHUNK)
+            return token_step.gated_delta_rule(q, k, v, g, beta, scale=scale, initial_state=initial_state, docs=docs,
+                                               run=run)
         inputs, g, beta = padded_inputs(q, k, v, g, beta, initial_state, chunk_size, run)
         return inputs.undo(*delta_rule_vjp(*inputs.qkv, g, beta, inputs.h0, layout(docs, inputs.chunk), scale,
                                            inputs.chunk, passes, run))

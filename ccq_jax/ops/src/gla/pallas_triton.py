@@ -14,7 +14,8 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from ccq_jax.ops.pallas_layout import Launch, backbone_inputs, layout, pad, recompute_from
+from ccq_jax.ops import token_step
+from ccq_jax.ops.pallas_layout import Launch, backbone_inputs, check_chunk, layout, pad, recompute_from
 from ccq_jax.ops.registry import triton_support
 from pallas_kernels import linear_attention as la
 from pallas_kernels import linear_attention_grad as la_grad
@@ -94,8 +95,12 @@ def padded_inputs(q, k, v, g, initial_state, chunk_size, run):
 
 
 def gla(q, k, v, g, *, scale, initial_state, docs, interpret, config, chunk_size=64):
-    """Chunked GLA on the Triton kernels; see `ccq_jax.ops.gla`."""
+    """Chunked GLA on the Triton kernels (one token: the step kernel, `ccq_jax.ops.token_step`); see
+    `ccq_jax.ops.gla`."""
     run = Launch(interpret, config)
+    if token_step.one_token(q):
+        check_chunk(chunk_size, interpret)
+        return token_step.gla(q, k, v, g, scale=scale, initial_state=initial_state, docs=docs, run=run)
     inputs, g = padded_inputs(q, k, v, g, initial_state, chunk_size, run)
     return inputs.undo(*linear_attention(*inputs.qkv, g, inputs.h0, layout(docs, inputs.chunk), scale, inputs.chunk,
                                          "channel", v.dtype, run))
