@@ -16,9 +16,11 @@
 #            (this tree): the 2.6M MQAR run, then ~100M GLA on packed text (byte-level shards of the docs; the
 #            model keeps its 32K vocabulary); then the other 100M families after only (LOOP_MODELS)
 #   inference  GPU 0: benchmarks/inference.py for PRESETS (default gla-1.3b), fla's model of its backbone first
-#            (FLA="" leaves it out: one call per preset, fla with the first), profiles and decode step counts,
-#            INFERENCE_ARGS added (e.g. "--generate 16:2048"), stopped after LIMIT seconds (default 540); each
-#            record is written as it is measured, and the table of what was is printed last
+#            (FLA="" leaves it out: one call per preset, fla with the first), profiles, decoding with XLA's
+#            recurrence and with the one-token kernels (`--decode-impls`; the step counts come from
+#            benchmarks/inference_kernels.py without a GPU), INFERENCE_ARGS added (e.g. "--generate 16:2048"),
+#            stopped after LIMIT seconds (default 540); each record is written as it is measured, and the table of
+#            what was is printed last
 #   graphs   the same without fla, the decode loop as CUDA graphs (XLA command buffers for WHILE and CONDITIONAL),
 #            PRESETS default gla-1.3b,ccq-gla-1.3b, prefill 1:2048 and decode 1:2048,16:2048 only
 #
@@ -85,13 +87,13 @@ loop)
   done ;;
 inference)
   on 0 timeout -k 5 "${LIMIT:-540}" python3 benchmarks/inference.py --presets "${PRESETS:-gla-1.3b}" ${FLA---fla} \
-    --profile --count-ops ${INFERENCE_ARGS:-} --out "$OUT/inference.jsonl" > "$OUT/inference.log" 2>&1
+    --profile ${INFERENCE_ARGS:-} --out "$OUT/inference.jsonl" > "$OUT/inference.log" 2>&1
   echo "inference.py rc $?"; grep -v '^{' "$OUT/inference.log" | tail -8
   [ -s "$OUT/inference.jsonl" ] && python3 benchmarks/inference.py --table "$OUT/inference.jsonl" ;;
 graphs)
   XLA_FLAGS=--xla_gpu_enable_command_buffer=+WHILE,+CONDITIONAL on 0 timeout -k 5 "${LIMIT:-540}" python3 \
     benchmarks/inference.py --presets "${PRESETS:-gla-1.3b,ccq-gla-1.3b}" --prefill 1:2048 --decode 1:2048,16:2048 \
-    --generate 16:2048 --profile --count-ops ${INFERENCE_ARGS:-} --out "$OUT/graphs.jsonl" > "$OUT/graphs.log" 2>&1
+    --generate 16:2048 --profile ${INFERENCE_ARGS:-} --out "$OUT/graphs.jsonl" > "$OUT/graphs.log" 2>&1
   echo "inference.py rc $?"; grep -v '^{' "$OUT/graphs.log" | tail -8
   [ -s "$OUT/graphs.jsonl" ] && python3 benchmarks/inference.py --table "$OUT/graphs.jsonl" ;;
 *) echo "unknown stage $STAGE (check, kernels, train, loop, inference, graphs)"; exit 2 ;;

@@ -14,7 +14,9 @@ kernels):
   re-split` the same through the module (what a call with the module costs); `host_ms`: the time until the calls
   return, before the device has finished (the host's share: splitting, hashing, dispatch);
 - `decode` B:P: after a P-token prefill, `decode` of `--tokens` tokens greedily in one compiled loop, per token, at
-  the rows `decode_rows` runs (on a GPU one row runs as two) and, where that differs, at B rows as before;
+  the rows `decode_rows` runs (on a GPU one row runs as two) and, where that differs, at B rows as before, for each
+  of `--decode-impls` (the linear presets' one-token step: "recurrent", XLA's fusions of the recurrence, or
+  "pallas", the one-token kernels of `pallas_kernels.recurrent_step`; B rows only for the first);
   `floor_ms` is the weights read once per token at `--hbm-tb-s` (H200: 4.8 TB/s), `state_floor_ms` adds the
   cache read and written once;
 - `generate` B:P: `generate` of `--tokens` new tokens after a P-token prompt, prefill included, in tokens/s,
@@ -51,7 +53,8 @@ from benchmarks import records
 from benchmarks.inference_kernels import decode_step_kernels, shapes
 from benchmarks.gpu_trace import by_kind, gpu_kernels, kernel_times, trace_call
 from ccq_jax.inference import cache_nbytes, decode, decode_rows, generate, init_cache, prefill, split_model
-from ccq_jax.models import CausalLM, count_params, get_config
+from ccq_jax.models import CausalLM, count_params, get_config, with_config
+from ccq_jax.ops import IMPLS
 
 
 def best_times(fn, repeats: int, wait=jax.block_until_ready) -> tuple[float, float]:
@@ -99,33 +102,43 @@ def kernel_summary(events: list, tokens: int) -> dict:
 
 
 def ours(preset: str, dtype: str, prefills, decodes, generates, tokens: int, repeats: int, hbm_tb_s: float,
-         profile: bool = False, count_ops: bool = False, attn_impl: str = "chunk"):
+         profile: bool = False, count_ops: bool = False, attn_impl: str = "chunk", decode_impls=("recurrent",)):
     """Records of our side for one preset (see the module docstring), yielded as each is measured, so that a
     run stopped by a time limit keeps what it measured; `attn_impl`: the linear presets' prefill kernels
-    (`ccq_jax.ops` impl). The arguments are checked here, before anything is built."""
+    (`ccq_jax.ops` impl); `decode_impls`: their one-token steps, each decode shape timed with each (generation runs
+    the first). The arguments are checked here, before anything is built."""
     if profile and jax.default_backend() != "gpu":
         raise ValueError(f"profile: the profiles read GPU kernels; expected a GPU backend, got "
                          f"{jax.default_backend()!r}")
+    if not decode_impls or any(impl not in IMPLS for impl in decode_impls):
+        raise ValueError(f"decode_impls: expected one or more of {sorted(IMPLS)}, got {list(decode_impls)}")
     return _measure(preset, dtype, prefills, decodes, generates, tokens, repeats, hbm_tb_s, profile, count_ops,
-                    attn_impl)
+                    attn_impl, tuple(decode_impls))
 
 
-def _measure(preset, dtype, prefills, decodes, generates, tokens, repeats, hbm_tb_s, profile, count_ops, attn_impl):
+def _measure(preset, dtype, prefills, decodes, generates, tokens, repeats, hbm_tb_s, profile, count_ops, attn_impl,
+             decode_impls):
     """The generator behind `ours`."""
-    linear = {} if preset.startswith("transformer") else {"attn_impl": attn_impl}
+    transformer = preset.startswith("transformer")
+    linear = {} if transformer else {"attn_impl": attn_impl, "decode_impl": decode_impls[0]}
     config = get_config(preset, dtype=dtype, param_dtype=dtype, **linear)
     model = CausalLM(config, rngs=nnx.Rngs(0))
     served = split_model(model)
+    # the model (its parameters shared) with each decode impl; a transformer has one decode path (impl None)
+    steps = {None: served} if transformer else {
+        impl: served if impl == config.decode_impl else split_model(with_config(model, decode_impl=impl))
+        for impl in decode_impls}
     weight_bytes = count_params(config) * np.dtype(dtype).itemsize
     base = {"side": "ours", "preset": preset, "dtype": dtype, "device": jax.devices()[0].device_kind,
-            "xla_flags": os.environ.get("XLA_FLAGS", ""), **linear}
+            "xla_flags": os.environ.get("XLA_FLAGS", ""), **({"attn_impl": attn_impl} if linear else {})}
     yield {**base, "what": "split", "ms": 1e3 * best_seconds(lambda: nnx.split(model)[1], repeats),
            "graph_hash_ms": 1e3 * best_seconds(lambda: hash(served.graphdef), repeats, wait=lambda _: None)}
     if count_ops:
-        for b in sorted({b for b, _ in decodes}):
-            step = decode_step_kernels(served, decode_rows(b, jax.default_backend()))
-            yield {**base, "what": "decode step ops", "batch": b, "ops": step["kernels"], "bytes": step["bytes"],
-                   "by_op": step["by_op"], "per_layer": step["kernels"] / config.num_hidden_layers}
+        for (impl, stepping), b in itertools.product(steps.items(), sorted({b for b, _ in decodes})):
+            step = decode_step_kernels(stepping, decode_rows(b, jax.default_backend()))
+            yield {**base, "what": "decode step ops", "batch": b, "decode_impl": impl, "ops": step["kernels"],
+                   "bytes": step["bytes"], "by_op": step["by_op"],
+                   "per_layer": step["kernels"] / config.num_hidden_layers}
     for b, p in prefills:
         ids = _prompt(b, p, config.vocab_size)
         for what, m in (("prefill", served), ("prefill, re-split", model)):
@@ -138,14 +151,17 @@ def _measure(preset, dtype, prefills, decodes, generates, tokens, repeats, hbm_t
         logits, cache = prefill(served, _prompt(b, p, config.vocab_size), init_cache(served, b, p + tokens))
         first = logits[:, -1].argmax(-1)
         floor = weight_bytes / (hbm_tb_s * 1e12)
-        for rows in sorted({decode_rows(b, jax.default_backend()), b}, reverse=True):  # what runs; B rows as before
-            seconds = best_seconds(lambda: decode(served, first, cache, tokens, rows=rows)[0], repeats) / tokens
-            yield {**base, "what": "decode", "batch": b, "prompt": p, "rows": rows, "ms": 1e3 * seconds,
-                   "floor_ms": 1e3 * floor,
-                   "state_floor_ms": 1e3 * (floor + 2 * cache_nbytes(cache) / (hbm_tb_s * 1e12))}
-        if profile and (b, p) == decodes[0]:
-            events = trace_call(lambda: decode(served, first, cache, tokens)[0])  # compiled by the timing
-            yield {**base, "what": "decode profile", "batch": b, "prompt": p, **kernel_summary(events, tokens)}
+        for n, (impl, stepping) in enumerate(steps.items()):
+            runs = decode_rows(b, jax.default_backend())
+            for rows in sorted({runs, b} if n == 0 else {runs}, reverse=True):  # what runs; B rows as before
+                seconds = best_seconds(lambda: decode(stepping, first, cache, tokens, rows=rows)[0], repeats) / tokens
+                yield {**base, "what": "decode", "batch": b, "prompt": p, "rows": rows, "decode_impl": impl,
+                       "ms": 1e3 * seconds, "floor_ms": 1e3 * floor,
+                       "state_floor_ms": 1e3 * (floor + 2 * cache_nbytes(cache) / (hbm_tb_s * 1e12))}
+            if profile and (b, p) == decodes[0]:
+                events = trace_call(lambda: decode(stepping, first, cache, tokens)[0])  # compiled by the timing
+                yield {**base, "what": "decode profile", "batch": b, "prompt": p, "decode_impl": impl,
+                       **kernel_summary(events, tokens)}
     for b, p in generates:
         ids = _prompt(b, p, config.vocab_size)
         seconds = best_seconds(lambda: generate(served, ids, tokens), repeats)
@@ -165,6 +181,7 @@ def table(records) -> str:
         theirs = fla.get((plain, r["what"], r.get("batch"), r.get("prompt")))
         hf = fla.get((plain, "decode, HF generate", r.get("batch"), r.get("prompt"))) if r["what"] == "decode" else None
         what = r["what"] + (f", {r['rows']} rows run" if r.get("rows", r.get("batch")) != r.get("batch") else "")
+        what += f", {r['decode_impl']} step" if r.get("decode_impl") not in (None, "recurrent") else ""
         cells = [r["preset"], what, r.get("batch", "-"), r.get("prompt", "-"), f"{r['ms']:.2f}",
                  f"{theirs:.2f}" if theirs else "-", f"{r['ms'] / theirs:.2f}" if theirs else "-",
                  f"{hf:.2f}" if hf else "-", f"{r['floor_ms']:.3f}" if "floor_ms" in r else "-",
@@ -178,6 +195,8 @@ def main(argv=None) -> int:
     p.add_argument("--presets", default="gla-1.3b,ccq-gla-1.3b")
     p.add_argument("--dtype", default="bfloat16")
     p.add_argument("--attn-impl", default="pallas", help="prefill kernels of the linear presets (`ccq_jax.ops` impl)")
+    p.add_argument("--decode-impls", default="recurrent,pallas", type=lambda s: s.split(","),
+                   help="the linear presets' one-token steps to time decoding with (`ccq_jax.ops` impls)")
     p.add_argument("--prefill", type=shapes, default=shapes("1:2048,16:2048,1:16384"))
     p.add_argument("--decode", type=shapes, default=shapes("1:2048,16:2048"))
     p.add_argument("--generate", type=shapes, default=shapes("1:512,16:2048,64:512,16:8192"))
@@ -200,7 +219,7 @@ def main(argv=None) -> int:
     results = []
     for preset in a.presets.split(","):
         new = ours(preset, a.dtype, a.prefill, a.decode, a.generate, a.tokens, a.repeats, a.hbm_tb_s, a.profile,
-                   a.count_ops, a.attn_impl)
+                   a.count_ops, a.attn_impl, a.decode_impls)
         plain = preset.removeprefix("ccq-")
         if a.fla and not any(r["side"] == "fla" and r["preset"] == plain for r in results):
             from benchmarks.inference_fla import fla_records  # torch only when asked for
@@ -218,10 +237,12 @@ def summarise(results) -> None:
     """Print the table of `results` and a line per decode step count and per profile."""
     print(table(results))
     for r in (r for r in results if r["what"] == "decode step ops"):
-        print(f"{r['preset']} decode step B={r['batch']}: {r['ops']} operations ({r['per_layer']:.1f} per layer), "
+        print(f"{r['preset']} decode step B={r['batch']} {r.get('decode_impl') or ''}: {r['ops']} operations "
+              f"({r['per_layer']:.1f} per layer), "
               f"{r['bytes'] / 1e9:.3f} GB touched: {r['by_op']}")
     for r in (r for r in results if r["what"] in ("prefill profile", "decode profile")):
-        print(f"{r['preset']} {r['what']} B={r['batch']} P={r['prompt']}: {r['kernels_per_token']:.0f} kernels, "
+        print(f"{r['preset']} {r['what']} B={r['batch']} P={r['prompt']} {r.get('decode_impl') or ''}: "
+              f"{r['kernels_per_token']:.0f} kernels, "
               f"{r['kernel_ms_per_token']:.3f} ms busy in a {r.get('span_ms_per_token', float('nan')):.3f} ms span"
               f"{' per token' if r['what'] == 'decode profile' else ''}, by kind {r['by_kind_ms']}")
 

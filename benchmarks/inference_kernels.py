@@ -122,8 +122,10 @@ def prefill_kernels(served: SplitModel, batch: int, prompt: int, device=None) ->
     return compiled_kernels(run, (served.state, ids, abstract_cache(served, batch, prompt)), device)
 
 
-def measure(preset: str, dtype: str, prefills, batches, target: str, attn_impl: str, hbm_tb_s: float) -> list[dict]:
-    """Records of `preset`'s prefills (B, P) and decode steps (see the module docstring)."""
+def measure(preset: str, dtype: str, prefills, batches, target: str, attn_impl: str, hbm_tb_s: float,
+            decode_impls=("recurrent",)) -> list[dict]:
+    """Records of `preset`'s prefills (B, P) and decode steps (see the module docstring), the steps of a linear
+    preset for each of `decode_impls` (B rows as before only for the first)."""
     device = target_device(target)
     platform = jax.default_backend() if device is None else device.platform
     linear = {}
@@ -132,6 +134,9 @@ def measure(preset: str, dtype: str, prefills, batches, target: str, attn_impl: 
         linear = {"attn_impl": attn_impl, **({"interpret": False} if kernels_compiled else {})}
     config = get_config(preset, dtype=dtype, param_dtype=dtype, **linear)
     served = SplitModel(*nnx.split(abstract_model(config)))
+    steps = {None: served} if not linear else {  # a transformer has one decode path (impl None)
+        impl: SplitModel(*nnx.split(abstract_model(get_config(preset, dtype=dtype, param_dtype=dtype, **linear,
+                                                              decode_impl=impl)))) for impl in decode_impls}
     base = {"preset": preset, "dtype": dtype, "target": target, "platform": platform,
             "attn_impl": linear.get("attn_impl"), "weight_bytes": count_params(config) * np.dtype(dtype).itemsize,
             "jax": jax.__version__}
@@ -144,8 +149,10 @@ def measure(preset: str, dtype: str, prefills, batches, target: str, attn_impl: 
     for b, p in prefills:
         record("prefill", prefill_kernels(served, b, p, device), batch=b, prompt=p)
     for b in batches:
-        for rows in sorted({decode_rows(b, platform), b}, reverse=True):
-            record("decode step", decode_step_kernels(served, rows, device), batch=b, rows=rows)
+        for n, (impl, stepping) in enumerate(steps.items()):
+            for rows in sorted({decode_rows(b, platform), b} if n == 0 else {decode_rows(b, platform)}, reverse=True):
+                record("decode step", decode_step_kernels(stepping, rows, device), batch=b, rows=rows,
+                       decode_impl=impl)
     return out
 
 
@@ -164,7 +171,8 @@ def table(rows) -> str:
     lines = ["| preset | what | B | P / rows run | kernels | per layer | GB touched | weights GB | ms at HBM rate |",
              "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
-        lines.append(f"| {r['preset']} | {r['what']} | {r['batch']} | {r.get('prompt', r.get('rows'))} | "
+        what = r["what"] + (f", {r['decode_impl']} step" if r.get("decode_impl") not in (None, "recurrent") else "")
+        lines.append(f"| {r['preset']} | {what} | {r['batch']} | {r.get('prompt', r.get('rows'))} | "
                      f"{r['kernels']} | {r['per_layer']:.1f} | {r['bytes'] / 1e9:.2f} | "
                      f"{r['weight_bytes'] / 1e9:.2f} | {r['bytes_ms']:.2f} |")
     return "\n".join(lines)
@@ -177,6 +185,8 @@ def main(argv=None) -> int:
     p.add_argument("--attn-impl", default="pallas", help="prefill kernels of the linear presets (`ccq_jax.ops` impl)")
     p.add_argument("--prefill", type=shapes, default=shapes("1:2048,16:2048"), help="B:P pairs")
     p.add_argument("--batches", default="1,16", type=lambda s: [int(b) for b in s.split(",")], help="decode batches")
+    p.add_argument("--decode-impls", default="recurrent,pallas", type=lambda s: s.split(","),
+                   help="the linear presets' one-token steps (`ccq_jax.ops` impls)")
     p.add_argument("--target", default="h200", choices=["local", *sorted(TARGETS)])
     p.add_argument("--hbm-tb-s", type=float, default=4.8, help="memory bandwidth for the ms column (H200: 4.8)")
     p.add_argument("--out", help="JSON lines, appended")
@@ -185,7 +195,8 @@ def main(argv=None) -> int:
         jax.config.update("jax_platforms", "cpu")  # this process runs on the CPU; the GPU is only compiled for
     rows = []
     for preset in a.presets.split(","):
-        rows += records.show(measure(preset, a.dtype, a.prefill, a.batches, a.target, a.attn_impl, a.hbm_tb_s))
+        rows += records.show(measure(preset, a.dtype, a.prefill, a.batches, a.target, a.attn_impl, a.hbm_tb_s,
+                                     a.decode_impls))
     records.append(a.out, rows)
     print(table(rows))
     return 0

@@ -45,11 +45,11 @@ print(out.stdout + out.stderr)
 """
 
 
-def measure(op, dtype, timeout):
+def measure(op, dtype, timeout, tokens=128):
     """[(kernel, warps, stages, (shared bytes, registers, spill stores, spill loads) or None)], one per distinct
-    kernel of `op`'s forward and backward."""
+    kernel of `op`'s forward and backward at `tokens` tokens (1: the one-token kernels of a decode step)."""
     rows, seen = [], set()
-    for name, text, warps, stages in lowered_kernels(op, dtype)[0]:
+    for name, text, warps, stages in lowered_kernels(op, dtype, tokens=tokens)[0]:
         if (name, text) not in seen:
             seen.add((name, text))
             rows.append((name, warps, stages, resources(text, warps, stages, timeout)))
@@ -77,10 +77,11 @@ def main():
     ap.add_argument("--ops", nargs="+", default=["gla", "gated_delta_rule", "ccq_query"])
     ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
     ap.add_argument("--timeout", type=float, default=600, help="seconds per kernel's compile")
+    ap.add_argument("--tokens", type=int, default=128, help="sequence length (1: the one-token decode kernels)")
     a = ap.parse_args()
     print("| op | kernel | warps | stages | shared KB | registers | spill stores / loads B |\n|---|---|---|---|---|---|---|")
     for op in a.ops:
-        for name, warps, stages, found in measure(op, a.dtype, a.timeout):
+        for name, warps, stages, found in measure(op, a.dtype, a.timeout, a.tokens):
             if found is None or found[0] is None:
                 print(f"| {op} | {name} | {warps} | {stages} | compile failed or timed out | | |", flush=True)
                 continue
