@@ -11,10 +11,16 @@ at two rows write the updated state in one kernel and read it back for o in anot
 [BR, K] of C (XLA's fusions of the same read C twice, in about five kernels per layer of ccq-gla-1.3b's decode
 step: `benchmarks/inference_kernels.py`).
 
-Inputs [B, H, D] (the one token's q, k, v, the gates g [B, H, K] or [B, H], beta and lam [B, H]); K and V powers
-of two >= 16 (the caller pads). The products are row sums of fp32 elementwise products (one token: no tensor-core
-dot has the rows), so every statistic and state is formed in IEEE fp32.
+The token comes packed, so that XLA forms each input in one fusion (it cannot fuse a custom call's producers into
+the call, and the slices of a fused q/k/v projection, the q/k norms or the gates would each be a kernel):
+`tokens` [B, H K + H K + H V] holds q, k and v, each head's entries contiguous (q of head h at h K, k at H K + h K,
+v at 2 H K + h V), and `gates` [B, G] fp32 the log gates g (per channel at h K, or per head at h), beta and lam
+(each per head, at offsets the caller names). K and V are powers of two >= 16 (the caller pads). The products are
+row sums of fp32 elementwise products (one token: no tensor-core dot has the rows), so every statistic and state
+is formed in IEEE fp32.
 """
+
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -25,56 +31,68 @@ from pallas_kernels.tiles import DEFAULT_CONFIG, batch_head, launch
 f32 = jnp.float32
 
 
-def _head_scalar(ref, b, h):
-    """A [B, H] array's value at (b, h), as [1] (a one-element load; Triton takes no scalar loads of a ref)."""
-    return ref[b, pl.ds(h, 1)]
+class GateLayout(NamedTuple):
+    """Where a head's gates sit in `gates`: g per channel (h K) or per head (h); beta and lam at `*_at + h` (None:
+    absent: GLA's plain write, no CCQ read)."""
+
+    per_channel: bool
+    beta_at: int | None = None
+    lam_at: int | None = None
 
 
-def state_step(q, k, v, g, beta, h0, *, scale, out_dtype, interpret, config=DEFAULT_CONFIG, block_v=32):
-    """(o [B, H, V] in `out_dtype`, the state after the token [B, H, K, V] fp32).
+def _head_scalar(ref, b, at):
+    """ref[b, at] as [1] (a one-element load; Triton takes no scalar loads of a ref)."""
+    return ref[b, pl.ds(at, 1)]
 
-    g: log gates, [B, H, K] per channel (GLA) or [B, H] per head (the delta rule), fp32; beta: [B, H] for the delta
-    rule, None for GLA's plain write.
-    """
-    b_, heads, dk = q.shape
-    dv = v.shape[-1]
+
+def state_step(tokens, gates, h0, q=None, *, layout: GateLayout, scale, out_dtype, interpret, config=DEFAULT_CONFIG,
+               block_v=32):
+    """(o [B, H, V] in `out_dtype`, the state after the token [B, H, K, V] fp32) from the packed token and gates
+    (the module docstring) and the state h0 [B, H, K, V] fp32; q [B, H, K]: read with this query instead of the
+    packed one (the CCQ-cleaned query)."""
+    b_, heads, dk, dv = h0.shape
     bv = config.block(dv, block_v)
-    per_channel, delta = g.ndim == 3, beta is not None
+    delta = layout.beta_at is not None
 
-    def kernel(q_ref, k_ref, v_ref, g_ref, *refs):
-        beta_ref, h_ref, o_ref, h_out = refs if delta else (None, *refs)
+    def kernel(tokens_ref, gates_ref, h_ref, *refs):
+        q_ref, o_ref, h_out = refs if q is not None else (None, *refs)
         b, h = batch_head(1, heads)
         full, cols = pl.ds(0, dk), pl.ds(pl.program_id(0) * bv, bv)
-        decay = jnp.exp(g_ref[b, h, full])[:, None] if per_channel else jnp.exp(_head_scalar(g_ref, b, h))[:, None]
-        state = h_ref[b, h, full, cols] * decay  # [K, BV]
-        key = k_ref[b, h, full].astype(f32)[:, None]
-        write = v_ref[b, h, cols].astype(f32)
+        g = gates_ref[b, pl.ds(h * dk, dk)] if layout.per_channel else _head_scalar(gates_ref, b, h)
+        state = h_ref[b, h, full, cols] * jnp.exp(g)[:, None]  # [K, BV]
+        key = tokens_ref[b, pl.ds((heads + h) * dk, dk)].astype(f32)[:, None]
+        write = tokens_ref[b, pl.ds(2 * heads * dk + h * dv + pl.program_id(0) * bv, bv)].astype(f32)
         if delta:
-            write = _head_scalar(beta_ref, b, h) * (write - jnp.sum(state * key, axis=0))
+            write = _head_scalar(gates_ref, b, layout.beta_at + h) * (write - jnp.sum(state * key, axis=0))
         state = state + key * write[None, :]
         h_out[b, h, full, cols] = state
-        o_ref[b, h, cols] = (scale * jnp.sum(state * q_ref[b, h, full].astype(f32)[:, None], axis=0)).astype(
-            o_ref.dtype)
+        query = q_ref[b, h, full] if q is not None else tokens_ref[b, pl.ds(h * dk, dk)]
+        o_ref[b, h, cols] = (scale * jnp.sum(state * query.astype(f32)[:, None], axis=0)).astype(o_ref.dtype)
 
-    inputs = (q, k, v, g.astype(f32), *((beta.astype(f32),) if delta else ()), h0)
+    inputs = (tokens, gates, h0) + ((q,) if q is not None else ())
     outs = (jax.ShapeDtypeStruct((b_, heads, dv), out_dtype), jax.ShapeDtypeStruct(h0.shape, f32))
     return launch(kernel, outs, (dv // bv, b_ * heads), interpret=interpret, config=config, name="state_step")(*inputs)
 
 
-def ccq_read_step(q, k, lam, cov, key_sum, count, *, centered, eps, interpret, config=DEFAULT_CONFIG, block_rows=32):
-    """(q_clean [B, H, K] in q's dtype, C [B, H, K, K], m [B, H, K], n [B, H]: the statistics after the token, fp32).
-    """
-    b_, heads, dk = q.shape
+def ccq_read_step(tokens, gates, cov, key_sum, count, *, layout: GateLayout, centered, eps, out_dtype, interpret,
+                  config=DEFAULT_CONFIG, block_rows=32):
+    """(q_clean [B, H, K] in `out_dtype`, C [B, H, K, K], m [B, H, K], n [B, H]: the statistics after the token,
+    fp32) from the packed token (q and k; v may follow), the gates (lam at `layout.lam_at`) and the statistics
+    before it."""
+    b_, heads, dk = key_sum.shape
     br = config.block(dk, block_rows)
 
-    def kernel(q_ref, k_ref, lam_ref, cov_ref, sum_ref, count_ref, qc_ref, cov_out, sum_out, count_out):
+    def kernel(tokens_ref, gates_ref, cov_ref, sum_ref, count_ref, qc_ref, cov_out, sum_out, count_out):
         b, h = batch_head(1, heads)
-        full, rows = pl.ds(0, dk), pl.ds(pl.program_id(0) * br, br)
-        key, key_rows = k_ref[b, h, full].astype(f32), k_ref[b, h, rows].astype(f32)
+        r0 = pl.program_id(0) * br
+        full, rows = pl.ds(0, dk), pl.ds(r0, br)
+        key_at = (heads + h) * dk
+        key = tokens_ref[b, pl.ds(key_at, dk)].astype(f32)
+        key_rows = tokens_ref[b, pl.ds(key_at + r0, br)].astype(f32)
         if eps is not None:
             inv_norm = jax.lax.rsqrt(jnp.sum(key * key, axis=0, keepdims=True) + eps)  # [1]
             key, key_rows = key * inv_norm, key_rows * inv_norm
-        query = q_ref[b, h, full].astype(f32)
+        query = tokens_ref[b, pl.ds(h * dk, dk)].astype(f32)
         c = cov_ref[b, h, rows, full] + key_rows[:, None] * key[None, :]  # [BR, K]
         cov_out[b, h, rows, full] = c
         n = _head_scalar(count_ref, b, h) + 1.0  # [1]
@@ -84,15 +102,15 @@ def ccq_read_step(q, k, lam, cov, key_sum, count, *, centered, eps, interpret, c
         if centered:
             mu_dot_q = jnp.sum((sum_ref[b, h, full] + key) * query, axis=0, keepdims=True) / (n * n)
             sigma_q = sigma_q - m_rows * mu_dot_q
-        q_rows = q_ref[b, h, rows].astype(f32)
-        qc_ref[b, h, rows] = (q_rows - _head_scalar(lam_ref, b, h) * sigma_q).astype(qc_ref.dtype)
+        q_rows = tokens_ref[b, pl.ds(h * dk + r0, br)].astype(f32)
+        lam = _head_scalar(gates_ref, b, layout.lam_at + h)
+        qc_ref[b, h, rows] = (q_rows - lam * sigma_q).astype(qc_ref.dtype)
 
         @pl.when(pl.program_id(0) == 0)
         def _():
             count_out[b, pl.ds(h, 1)] = n
 
-    inputs = (q, k, lam.astype(f32), cov, key_sum, count)
-    outs = (jax.ShapeDtypeStruct(q.shape, q.dtype), jax.ShapeDtypeStruct(cov.shape, f32),
+    outs = (jax.ShapeDtypeStruct(key_sum.shape, out_dtype), jax.ShapeDtypeStruct(cov.shape, f32),
             jax.ShapeDtypeStruct(key_sum.shape, f32), jax.ShapeDtypeStruct(count.shape, f32))
     return launch(kernel, outs, (dk // br, b_ * heads), interpret=interpret, config=config,
-                  name="ccq_read_step")(*inputs)
+                  name="ccq_read_step")(tokens, gates, cov, key_sum, count)

@@ -2,13 +2,16 @@
 
 A decode step feeds each row one token. The chunked kernels would pad it to a whole chunk and run their passes;
 these run one kernel per op instead (two for a fused CCQ op: the read, then the backbone), reading and writing
-the state and the CCQ statistics once. Each is differentiable with the gradient of the op's token-by-token
-recurrence (`jax.vjp` of the reference at T = 1): a one-token backward is as small as the step.
+the state and the CCQ statistics once. The token's q, k and v enter packed in one array and its gates in another
+(the kernels' layout), which XLA forms in one fusion each from whatever produced them. Each op is differentiable
+with the gradient of its token-by-token recurrence (`jax.vjp` of the reference at T = 1): a one-token backward is
+as small as the step.
 
 The signatures are the reference forms' (`docs` included, and ignored: one token lies in the document the initial
-state belongs to), plus `run`, the call's `Launch`; `ccq_jax.ops.src.ccq_query.reference.feeding` composes the
-read with a backbone as it does for the references.
+state belongs to), plus `run`, the call's `Launch`.
 """
+
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -19,7 +22,7 @@ from ccq_jax.ops.src.ccq_query import reference as read_reference
 from ccq_jax.ops.src.gated_delta_rule import reference as delta_reference
 from ccq_jax.ops.src.gla import reference as gla_reference
 from ccq_jax.ops.types import CCQStats
-from pallas_kernels import recurrent_step
+from pallas_kernels.recurrent_step import GateLayout, ccq_read_step, state_step
 
 f32 = jnp.float32
 
@@ -29,85 +32,106 @@ def one_token(q) -> bool:
     return q.shape[1] == 1
 
 
-def _with_reference_gradient(kernel, reference, *arrays):
-    """kernel(*arrays), differentiated as reference(*arrays) (both take and return the same arrays)."""
-    fn = jax.custom_vjp(kernel)
-    fn.defvjp(lambda *a: (kernel(*a), a), lambda a, cts: jax.vjp(reference, *a)[1](cts))
-    return fn(*arrays)
-
-
-def _token(x, to_width=None):
-    """[B, 1, H, D] -> [B, H, D] (zero-padded to `to_width`); [B, 1, H] -> [B, H]."""
+def _flat(x, to_width=None):
+    """[B, 1, H, D] -> [B, H * to_width] (each head zero-padded to `to_width`); [B, 1, H] -> [B, H]."""
     x = x[:, 0]
-    return x if to_width is None else jnp.pad(x, [(0, 0), (0, 0), (0, to_width - x.shape[-1])])
+    if to_width is not None:
+        x = jnp.pad(x, [(0, 0), (0, 0), (0, to_width - x.shape[-1])])
+    return x.reshape(x.shape[0], -1)
 
 
-def _one_document(q):
-    return jnp.zeros(q.shape[:2], jnp.int32)
+def _packed_gates(g, beta, lam, kp):
+    """(gates [B, G] fp32, their `GateLayout`): g first (per channel, each head padded to kp, or per head), then
+    beta, then lam, each present one after the last."""
+    parts, offsets = [], {}
+    per_channel = g is not None and g.ndim == 4
+    for name, x, to_width in (("g", g, kp if per_channel else None), ("beta_at", beta, None), ("lam_at", lam, None)):
+        if x is not None:
+            offsets[name] = sum(p.shape[-1] for p in parts)
+            parts.append(_flat(x, to_width).astype(f32))
+    return jnp.concatenate(parts, axis=-1), GateLayout(per_channel, offsets.get("beta_at"), offsets.get("lam_at"))
 
 
-def _backbone(reference, q, k, v, gates, *, scale, initial_state, run):
-    """(o [B, 1, H, V] in v's dtype, final state) of `state_step`; gates: (g [B, 1, H, K],) for GLA, (g [B, 1, H],
-    beta [B, 1, H]) for the delta rule."""
-    dk, dv = q.shape[-1], v.shape[-1]
-    kp, vp = width(dk), width(dv)
+def _kernels(q, k, v, g, beta, lam, h0, stats, *, scale, centered, normalize_keys, run):
+    """The step kernels' outputs as the op returns them: (o, state) for a backbone (lam None), (q_clean, stats) for
+    the read alone (v None), (o, (state, stats)) for a fused CCQ op."""
+    dk = q.shape[-1]
+    kp = width(dk)
+    widths = [kp, kp] + ([width(v.shape[-1])] if v is not None else [])
+    dtype = jnp.result_type(*(x for x in (q, k, v) if x is not None))
+    tokens = jnp.concatenate([_flat(x.astype(dtype), w) for x, w in zip((q, k, v), widths)], axis=-1)
+    gates, layout = _packed_gates(g, beta, lam, kp)
+    q_clean = None
+    if lam is not None:
+        pad = [(0, 0), (0, 0), (0, kp - dk)]
+        q_clean, cov, key_sum, count = ccq_read_step(
+            tokens, gates, jnp.pad(stats.cov.astype(f32), pad + [(0, kp - dk)]),
+            jnp.pad(stats.key_sum.astype(f32), pad), stats.count.astype(f32), layout=layout, centered=centered,
+            eps=L2_NORM_EPS if normalize_keys else None, out_dtype=q.dtype, **run.kw)
+        new_stats = CCQStats(*(x.astype(s.dtype) for x, s in zip((cov[:, :, :dk, :dk], key_sum[..., :dk], count),
+                                                                   stats)))
+        if v is None:
+            return q_clean[:, None, :, :dk], new_stats
+    dv = v.shape[-1]
+    o, state = state_step(tokens, gates, pad_state(h0, kp, widths[2]), q_clean, layout=layout, scale=scale,
+                          out_dtype=v.dtype, **run.kw)
+    out = o[:, None, :, :dv], state[:, :, :dk, :dv].astype(h0.dtype)
+    return out if lam is None else (out[0], (out[1], new_stats))
 
-    def kernel(q, k, v, h0, *gates):
-        g, beta = (_token(gates[0], kp), None) if len(gates) == 1 else (_token(gates[0]), _token(gates[1]))
-        dtype = jnp.result_type(q, k, v)
-        o, state = recurrent_step.state_step(_token(q.astype(dtype), kp), _token(k.astype(dtype), kp),
-                                             _token(v.astype(dtype), vp), g, beta, pad_state(h0, kp, vp),
-                                             scale=scale, out_dtype=v.dtype, **run.kw)
-        return o[:, None, :, :dv], state[:, :, :dk, :dv].astype(h0.dtype)
 
-    def ground(q, k, v, h0, *gates):
-        return reference(q, k, v, *gates, scale=scale, initial_state=h0, docs=_one_document(q))
+def _reference(q, k, v, g, beta, lam, h0, stats, *, scale, centered, normalize_keys):
+    """The same outputs from the token-by-token recurrences (`_kernels`' twin, for the gradient)."""
+    docs = jnp.zeros(q.shape[:2], jnp.int32)
+    gates = (g,) if beta is None else (g, beta)
+    backbone = gla_reference.recurrent if beta is None else delta_reference.recurrent
+    if lam is None:
+        return backbone(q, k, v, *gates, scale=scale, initial_state=h0, docs=docs)
+    if v is None:
+        return read_reference.recurrent(q, k, lam, centered=centered, normalize_keys=normalize_keys,
+                                        initial_stats=stats, docs=docs)
+    return read_reference.feeding(read_reference.recurrent, backbone)(
+        q, k, v, *gates, lam, scale=scale, initial_state=h0, initial_stats=stats, centered=centered,
+        normalize_keys=normalize_keys, docs=docs)
 
-    return _with_reference_gradient(kernel, ground, q, k, v, initial_state, *gates)
+
+def _step(q, k, v=None, g=None, beta=None, lam=None, h0=None, stats=None, *, run, scale=None, centered=True,
+          normalize_keys=True):
+    """`_kernels` on these arrays (None: absent), differentiated as `_reference`."""
+    static = dict(scale=scale, centered=centered, normalize_keys=normalize_keys)
+    kernels, reference = functools.partial(_kernels, **static, run=run), functools.partial(_reference, **static)
+    fn = jax.custom_vjp(kernels)
+    fn.defvjp(lambda *a: (kernels(*a), a), lambda a, cts: jax.vjp(reference, *a)[1](cts))
+    return fn(q, k, v, g, beta, lam, h0, stats)
 
 
 def gla(q, k, v, g, *, scale, initial_state, docs, run):
     """`ccq_jax.ops.gla` at T = 1: (o, final state)."""
     del docs
-    return _backbone(gla_reference.recurrent, q, k, v, (g,), scale=scale, initial_state=initial_state, run=run)
+    return _step(q, k, v, g, h0=initial_state, scale=scale, run=run)
 
 
 def gated_delta_rule(q, k, v, g, beta, *, scale, initial_state, docs, run):
     """`ccq_jax.ops.gated_delta_rule` at T = 1: (o, final state)."""
     del docs
-    return _backbone(delta_reference.recurrent, q, k, v, (g, beta), scale=scale, initial_state=initial_state,
-                     run=run)
+    return _step(q, k, v, g, beta, h0=initial_state, scale=scale, run=run)
 
 
 def ccq_query(q, k, lam, *, centered, normalize_keys, initial_stats, docs, run):
     """`ccq_jax.ops.ccq_query` at T = 1: (q_clean, final statistics)."""
     del docs
-    dk = q.shape[-1]
-    kp = width(dk)
-
-    def kernel(q, k, lam, cov, key_sum, count):
-        dtype = jnp.result_type(q, k)
-        pad = [(0, 0), (0, 0), (0, kp - dk)]
-        q_clean, *stats = recurrent_step.ccq_read_step(
-            _token(q.astype(dtype), kp), _token(k.astype(dtype), kp), _token(lam),
-            jnp.pad(cov.astype(f32), pad + [(0, kp - dk)]), jnp.pad(key_sum.astype(f32), pad), count.astype(f32),
-            centered=centered, eps=L2_NORM_EPS if normalize_keys else None, **run.kw)
-        out = CCQStats(stats[0][:, :, :dk, :dk], stats[1][..., :dk], stats[2])
-        return (q_clean[:, None, :, :dk].astype(q.dtype),
-                CCQStats(*(s.astype(x.dtype) for s, x in zip(out, (cov, key_sum, count)))))
-
-    def ground(q, k, lam, *stats):
-        return read_reference.recurrent(q, k, lam, centered=centered, normalize_keys=normalize_keys,
-                                        initial_stats=CCQStats(*stats), docs=_one_document(q))
-
-    return _with_reference_gradient(kernel, ground, q, k, lam, *initial_stats)
+    return _step(q, k, lam=lam, stats=initial_stats, centered=centered, normalize_keys=normalize_keys, run=run)
 
 
-def ccq_gla(q, k, v, g, lam, *, run, **options):
+def ccq_gla(q, k, v, g, lam, *, scale, initial_state, initial_stats, centered, normalize_keys, docs, run):
     """`ccq_jax.ops.ccq_gla` at T = 1: (o, (final state, final statistics)), the read then the backbone."""
-    return read_reference.feeding(ccq_query, gla)(q, k, v, g, lam, run=run, **options)
+    del docs
+    return _step(q, k, v, g, lam=lam, h0=initial_state, stats=initial_stats, scale=scale, centered=centered,
+                 normalize_keys=normalize_keys, run=run)
 
 
-def ccq_gated_delta_rule(q, k, v, g, beta, lam, *, run, **options):
+def ccq_gated_delta_rule(q, k, v, g, beta, lam, *, scale, initial_state, initial_stats, centered, normalize_keys,
+                         docs, run):
     """`ccq_jax.ops.ccq_gated_delta_rule` at T = 1: (o, (final state, final statistics))."""
-    return read_reference.feeding(ccq_query, gated_delta_rule)(q, k, v, g, beta, lam, run=run, **options)
+    del docs
+    return _step(q, k, v, g, beta, lam, initial_state, initial_stats, scale=scale, centered=centered,
+                 normalize_keys=normalize_keys, run=run)

@@ -65,11 +65,14 @@ def test_a_decode_step_and_a_prefill_touch_at_least_their_weights():
 
 
 def test_local_records_hold_the_prefills_and_the_rows_the_backend_runs():
-    rows = measure("gla-tiny", "float32", [(2, 16)], [1, 3], "local", "chunk", hbm_tb_s=1.0)
-    assert [(r["what"], r["batch"], r.get("prompt"), r.get("rows")) for r in rows] == [
-        ("prefill", 2, 16, None), ("decode step", 1, None, 1), ("decode step", 3, None, 3)]  # a CPU: one row as one
+    rows = measure("gla-tiny", "float32", [(2, 16)], [1, 3], "local", "chunk", hbm_tb_s=1.0,
+                   decode_impls=("recurrent", "pallas"))
+    assert [(r["what"], r["batch"], r.get("prompt"), r.get("rows"), r.get("decode_impl")) for r in rows] == [
+        ("prefill", 2, 16, None, None), ("decode step", 1, None, 1, "recurrent"), ("decode step", 1, None, 1, "pallas"),
+        ("decode step", 3, None, 3, "recurrent"), ("decode step", 3, None, 3, "pallas")]  # a CPU: one row as one
     assert all(r["bytes_ms"] == pytest.approx(r["bytes"] / 1e9) and r["attn_impl"] == "chunk" for r in rows)
     assert "| gla-tiny | prefill | 2 | 16 |" in table(rows) and "| gla-tiny | decode step | 3 | 3 |" in table(rows)
+    assert "| gla-tiny | decode step, pallas step | 3 | 3 |" in table(rows)
 
 
 def test_targets_are_named_and_an_h200_needs_the_cuda_plugin():
