@@ -157,9 +157,9 @@ def measure(preset: str, dtype: str, prefills, batches, target: str, attn_impl: 
 
 
 def shapes(text: str) -> list[tuple[int, int]]:
-    """"B:P,B:P" -> [(B, P), ...] (batch, prompt length)."""
+    """"B:P,B:P" -> [(B, P), ...] (batch, prompt length); "" -> [] (none of that kind)."""
     out = []
-    for item in text.split(","):
+    for item in text.split(",") if text else []:
         b, _, p = item.partition(":")
         if not (b.isdigit() and p.isdigit() and int(b) > 0 and int(p) > 0):
             raise argparse.ArgumentTypeError(f"expected B:P pairs of positive integers, got {item!r}")

@@ -49,7 +49,11 @@ def state_step(tokens, gates, h0, q=None, *, layout: GateLayout, scale, out_dtyp
                block_v=32):
     """(o [B, H, V] in `out_dtype`, the state after the token [B, H, K, V] fp32) from the packed token and gates
     (the module docstring) and the state h0 [B, H, K, V] fp32; q [B, H, K]: read with this query instead of the
-    packed one (the CCQ-cleaned query)."""
+    packed one (the CCQ-cleaned query).
+
+    The new state is written over h0's buffer (aliased): inside a decode loop it stays in the loop's carry, where a
+    fresh buffer was copied back every token (99 us per token for gla-1.3b on an H100); a caller that keeps h0
+    gets a copy made by XLA first."""
     b_, heads, dk, dv = h0.shape
     bv = config.block(dv, block_v)
     delta = layout.beta_at is not None
@@ -71,14 +75,16 @@ def state_step(tokens, gates, h0, q=None, *, layout: GateLayout, scale, out_dtyp
 
     inputs = (tokens, gates, h0) + ((q,) if q is not None else ())
     outs = (jax.ShapeDtypeStruct((b_, heads, dv), out_dtype), jax.ShapeDtypeStruct(h0.shape, f32))
-    return launch(kernel, outs, (dv // bv, b_ * heads), interpret=interpret, config=config, name="state_step")(*inputs)
+    return launch(kernel, outs, (dv // bv, b_ * heads), interpret=interpret, config=config, aliases={2: 1},
+                  name="state_step")(*inputs)
 
 
 def ccq_read_step(tokens, gates, cov, key_sum, count, *, layout: GateLayout, centered, eps, out_dtype, interpret,
                   config=DEFAULT_CONFIG, block_rows=32):
     """(q_clean [B, H, K] in `out_dtype`, C [B, H, K, K], m [B, H, K], n [B, H]: the statistics after the token,
     fp32) from the packed token (q and k; v may follow), the gates (lam at `layout.lam_at`) and the statistics
-    before it."""
+    before it. C is written over cov's buffer (each program reads and writes only its rows); m and n are new
+    arrays, since every program reads all of m (for mu . q) and n."""
     b_, heads, dk = key_sum.shape
     br = config.block(dk, block_rows)
 
@@ -112,5 +118,5 @@ def ccq_read_step(tokens, gates, cov, key_sum, count, *, layout: GateLayout, cen
 
     outs = (jax.ShapeDtypeStruct(key_sum.shape, out_dtype), jax.ShapeDtypeStruct(cov.shape, f32),
             jax.ShapeDtypeStruct(key_sum.shape, f32), jax.ShapeDtypeStruct(count.shape, f32))
-    return launch(kernel, outs, (dk // br, b_ * heads), interpret=interpret, config=config,
+    return launch(kernel, outs, (dk // br, b_ * heads), interpret=interpret, config=config, aliases={2: 1},
                   name="ccq_read_step")(tokens, gates, cov, key_sum, count)

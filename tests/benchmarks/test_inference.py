@@ -51,6 +51,7 @@ def test_decode_impls_are_checked_before_anything_is_built():
 
 def test_shapes_are_batch_prompt_pairs():
     assert shapes("1:2048,16:512") == [(1, 2048), (16, 512)]
+    assert shapes("") == []  # none of that kind
     with pytest.raises(argparse.ArgumentTypeError, match="expected B:P pairs of positive integers, got '0:5'"):
         shapes("0:5")
 
