@@ -1,9 +1,16 @@
-"""Settings for the whole suite: compile with most XLA optimisations off.
+"""Settings for the whole suite: compile with most XLA optimisations off, and free each file's programs.
 
 The test inputs are tiny, so programs run in microseconds either way, while compiling them
 dominates the suite's time; without the optimisation passes compiles take about half as
 long. Results stay at fp32 round-off (the tolerances are checked against float64
 references either way). Restored after each test.
+
+Every program XLA's CPU backend compiles maps its machine code into the process (three
+memory mappings per kernel), and JAX keeps every compiled program cached. A test worker
+that runs half the suite gathers tens of thousands of mappings; at the kernel's limit
+(`vm.max_map_count`, 65530 by default) the next compile fails inside LLVM as a
+segmentation fault. Clearing JAX's caches after each test file frees them (the files
+share no compiled programs).
 """
 
 import jax
@@ -16,3 +23,9 @@ def fast_compiles():
     jax.config.update("jax_disable_most_optimizations", True)
     yield
     jax.config.update("jax_disable_most_optimizations", previous)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def free_compiled_programs():
+    yield
+    jax.clear_caches()
