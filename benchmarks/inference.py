@@ -16,7 +16,9 @@ kernels):
 - `decode` B:P: after a P-token prefill, `decode` of `--tokens` tokens greedily in one compiled loop, per token, at
   the rows `decode_rows` runs (on a GPU one row runs as two) and, where that differs, at B rows as before, for each
   of `--decode-impls` (the linear presets' one-token step: "recurrent", XLA's fusions of the recurrence, or
-  "pallas", the one-token kernels of `pallas_kernels.recurrent_step`; B rows only for the first);
+  "pallas", the one-token kernels of `pallas_kernels.recurrent_step`; B rows only for the first), and with the
+  first of them, each of `--head-impls` (the LM head of the step: "xla", XLA's GEMM, or "pallas", the row-matmul
+  kernel of `pallas_kernels.row_matmul`);
   `floor_ms` is the weights read once per token at `--hbm-tb-s` (H200: 4.8 TB/s), `state_floor_ms` adds the
   cache read and written once;
 - `generate` B:P: `generate` of `--tokens` new tokens after a P-token prompt, prefill included, in tokens/s,
@@ -55,6 +57,7 @@ from benchmarks.gpu_trace import by_kind, gpu_kernels, kernel_times, trace_call
 from ccq_jax.inference import cache_nbytes, decode, decode_rows, generate, init_cache, prefill, split_model
 from ccq_jax.models import CausalLM, count_params, get_config, with_config
 from ccq_jax.ops import IMPLS
+from ccq_jax.ops.lm_head import HEAD_IMPLS
 
 
 def best_times(fn, repeats: int, wait=jax.block_until_ready) -> tuple[float, float]:
@@ -102,41 +105,49 @@ def kernel_summary(events: list, tokens: int) -> dict:
 
 
 def ours(preset: str, dtype: str, prefills, decodes, generates, tokens: int, repeats: int, hbm_tb_s: float,
-         profile: bool = False, count_ops: bool = False, attn_impl: str = "chunk", decode_impls=("recurrent",)):
+         profile: bool = False, count_ops: bool = False, attn_impl: str = "chunk", decode_impls=("recurrent",),
+         head_impls=("xla",)):
     """Records of our side for one preset (see the module docstring), yielded as each is measured, so that a
     run stopped by a time limit keeps what it measured; `attn_impl`: the linear presets' prefill kernels
     (`ccq_jax.ops` impl); `decode_impls`: their one-token steps, each decode shape timed with each (generation runs
-    the first). The arguments are checked here, before anything is built."""
+    the first); `head_impls`: the decode step's LM head, each timed with the first decode impl. The arguments are
+    checked here, before anything is built."""
     if profile and jax.default_backend() != "gpu":
         raise ValueError(f"profile: the profiles read GPU kernels; expected a GPU backend, got "
                          f"{jax.default_backend()!r}")
     if not decode_impls or any(impl not in IMPLS for impl in decode_impls):
         raise ValueError(f"decode_impls: expected one or more of {sorted(IMPLS)}, got {list(decode_impls)}")
+    if not head_impls or any(impl not in HEAD_IMPLS for impl in head_impls):
+        raise ValueError(f"head_impls: expected one or more of {HEAD_IMPLS}, got {list(head_impls)}")
     return _measure(preset, dtype, prefills, decodes, generates, tokens, repeats, hbm_tb_s, profile, count_ops,
-                    attn_impl, tuple(decode_impls))
+                    attn_impl, tuple(decode_impls), tuple(head_impls))
 
 
 def _measure(preset, dtype, prefills, decodes, generates, tokens, repeats, hbm_tb_s, profile, count_ops, attn_impl,
-             decode_impls):
+             decode_impls, head_impls):
     """The generator behind `ours`."""
     transformer = preset.startswith("transformer")
     linear = {} if transformer else {"attn_impl": attn_impl, "decode_impl": decode_impls[0]}
     config = get_config(preset, dtype=dtype, param_dtype=dtype, **linear)
     model = CausalLM(config, rngs=nnx.Rngs(0))
     served = split_model(model)
-    # the model (its parameters shared) with each decode impl; a transformer has one decode path (impl None)
-    steps = {None: served} if transformer else {
-        impl: served if impl == config.decode_impl else split_model(with_config(model, decode_impl=impl))
-        for impl in decode_impls}
+    # the model (its parameters shared) with each (decode impl, head impl): every decode impl with the first head
+    # impl, the first decode impl with every head impl; a transformer has one decode path (decode impl None)
+    pairs = [(None, h) for h in head_impls] if transformer else list(dict.fromkeys(
+        [(impl, head_impls[0]) for impl in decode_impls] + [(decode_impls[0], h) for h in head_impls]))
+    steps = {(impl, head): served if (impl in (None, config.decode_impl) and head == config.head_impl)
+             else split_model(with_config(model, head_impl=head, **({} if impl is None else {"decode_impl": impl})))
+             for impl, head in pairs}
     weight_bytes = count_params(config) * np.dtype(dtype).itemsize
     base = {"side": "ours", "preset": preset, "dtype": dtype, "device": jax.devices()[0].device_kind,
             "xla_flags": os.environ.get("XLA_FLAGS", ""), **({"attn_impl": attn_impl} if linear else {})}
     yield {**base, "what": "split", "ms": 1e3 * best_seconds(lambda: nnx.split(model)[1], repeats),
            "graph_hash_ms": 1e3 * best_seconds(lambda: hash(served.graphdef), repeats, wait=lambda _: None)}
     if count_ops:
-        for (impl, stepping), b in itertools.product(steps.items(), sorted({b for b, _ in decodes})):
+        for ((impl, head), stepping), b in itertools.product(steps.items(), sorted({b for b, _ in decodes})):
             step = decode_step_kernels(stepping, decode_rows(b, jax.default_backend()))
-            yield {**base, "what": "decode step ops", "batch": b, "decode_impl": impl, "ops": step["kernels"],
+            yield {**base, "what": "decode step ops", "batch": b, "decode_impl": impl, "head_impl": head,
+                   "ops": step["kernels"],
                    "bytes": step["bytes"], "by_op": step["by_op"],
                    "per_layer": step["kernels"] / config.num_hidden_layers}
     for b, p in prefills:
@@ -151,17 +162,17 @@ def _measure(preset, dtype, prefills, decodes, generates, tokens, repeats, hbm_t
         logits, cache = prefill(served, _prompt(b, p, config.vocab_size), init_cache(served, b, p + tokens))
         first = logits[:, -1].argmax(-1)
         floor = weight_bytes / (hbm_tb_s * 1e12)
-        for n, (impl, stepping) in enumerate(steps.items()):
+        for n, ((impl, head), stepping) in enumerate(steps.items()):
             runs = decode_rows(b, jax.default_backend())
             for rows in sorted({runs, b} if n == 0 else {runs}, reverse=True):  # what runs; B rows as before
                 seconds = best_seconds(lambda: decode(stepping, first, cache, tokens, rows=rows)[0], repeats) / tokens
                 yield {**base, "what": "decode", "batch": b, "prompt": p, "rows": rows, "decode_impl": impl,
-                       "ms": 1e3 * seconds, "floor_ms": 1e3 * floor,
+                       "head_impl": head, "ms": 1e3 * seconds, "floor_ms": 1e3 * floor,
                        "state_floor_ms": 1e3 * (floor + 2 * cache_nbytes(cache) / (hbm_tb_s * 1e12))}
             if profile and (b, p) == decodes[0]:
                 events = trace_call(lambda: decode(stepping, first, cache, tokens)[0])  # compiled by the timing
                 yield {**base, "what": "decode profile", "batch": b, "prompt": p, "decode_impl": impl,
-                       **kernel_summary(events, tokens)}
+                       "head_impl": head, **kernel_summary(events, tokens)}
     for b, p in generates:
         ids = _prompt(b, p, config.vocab_size)
         seconds = best_seconds(lambda: generate(served, ids, tokens), repeats)
@@ -182,6 +193,7 @@ def table(records) -> str:
         hf = fla.get((plain, "decode, HF generate", r.get("batch"), r.get("prompt"))) if r["what"] == "decode" else None
         what = r["what"] + (f", {r['rows']} rows run" if r.get("rows", r.get("batch")) != r.get("batch") else "")
         what += f", {r['decode_impl']} step" if r.get("decode_impl") not in (None, "recurrent") else ""
+        what += f", {r['head_impl']} head" if r.get("head_impl") not in (None, "xla") else ""
         cells = [r["preset"], what, r.get("batch", "-"), r.get("prompt", "-"), f"{r['ms']:.2f}",
                  f"{theirs:.2f}" if theirs else "-", f"{r['ms'] / theirs:.2f}" if theirs else "-",
                  f"{hf:.2f}" if hf else "-", f"{r['floor_ms']:.3f}" if "floor_ms" in r else "-",
@@ -197,6 +209,8 @@ def main(argv=None) -> int:
     p.add_argument("--attn-impl", default="pallas", help="prefill kernels of the linear presets (`ccq_jax.ops` impl)")
     p.add_argument("--decode-impls", default="recurrent,pallas", type=lambda s: s.split(","),
                    help="the linear presets' one-token steps to time decoding with (`ccq_jax.ops` impls)")
+    p.add_argument("--head-impls", default="xla,pallas", type=lambda s: s.split(","),
+                   help="the decode step's LM head to time decoding with (`ccq_jax.ops.lm_head`)")
     p.add_argument("--prefill", type=shapes, default=shapes("1:2048,16:2048,1:16384"))
     p.add_argument("--decode", type=shapes, default=shapes("1:2048,16:2048"))
     p.add_argument("--generate", type=shapes, default=shapes("1:512,16:2048,64:512,16:8192"))
@@ -219,7 +233,7 @@ def main(argv=None) -> int:
     results = []
     for preset in a.presets.split(","):
         new = ours(preset, a.dtype, a.prefill, a.decode, a.generate, a.tokens, a.repeats, a.hbm_tb_s, a.profile,
-                   a.count_ops, a.attn_impl, a.decode_impls)
+                   a.count_ops, a.attn_impl, a.decode_impls, a.head_impls)
         plain = preset.removeprefix("ccq-")
         if a.fla and not any(r["side"] == "fla" and r["preset"] == plain for r in results):
             from benchmarks.inference_fla import fla_records  # torch only when asked for

@@ -11,12 +11,12 @@ kernels (`pallas_kernels.recurrent_step`) at each `KernelConfig` of `--widths` a
 
 import argparse
 import itertools
-import time
 
 import jax
 import jax.numpy as jnp
 
 from benchmarks import records
+from benchmarks.inference import best_seconds
 import ccq_jax.ops as ops
 from pallas_kernels.tiles import KernelConfig
 
@@ -55,16 +55,6 @@ def step_program(op, rows, steps, impl, config):
     return jax.jit(run), (q, k, v, g, g_head, gate)
 
 
-def best_us_per_step(fn, args, steps, repeats):
-    jax.block_until_ready(fn(*args))
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        jax.block_until_ready(fn(*args))
-        best = min(best, time.perf_counter() - start)
-    return 1e6 * best / steps
-
-
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--ops", default="gla,ccq_gla,gated_delta_rule")
@@ -81,10 +71,10 @@ def main(argv=None) -> int:
                                             for w, n in itertools.product(a.widths, a.warps)]
         for impl, config in variants:
             fn, args = step_program(op, rows, a.steps, impl, config)
+            us = 1e6 * best_seconds(lambda: fn(*args), a.repeats) / a.steps
             record = {"op": op, "rows": rows, "impl": impl, "width": config and config.width,
-                      "num_warps": config and config.num_warps, "us_per_step": best_us_per_step(fn, args, a.steps,
-                                                                                                a.repeats),
-                      "device": device, "steps": a.steps}
+                      "num_warps": config and config.num_warps, "us_per_step": us, "device": device,
+                      "steps": a.steps}
             records.append(a.out, records.show([record]))
     return 0
 

@@ -10,5 +10,7 @@ custom VJPs and the choice between compiling and interpreting stay in the ops' b
   delta_wy          its per-chunk WY/UT form (T, then w and u from T) and its gradient
   ccq_read          the CCQ read's running key sums and cleaned query around the covariance, and their gradients
   mosaic_delta_states  the gated delta rule's three state passes in Mosaic GPU
+  recurrent_step    one token per row through the recurrences and the CCQ read (a decode step)
+  row_matmul        a few rows times a large weight (a decode step's LM head)
   tiles             in-kernel helpers, `KernelConfig`, and the one place Triton kernels are launched
 """

@@ -14,6 +14,7 @@ from flax import nnx
 
 from ccq_jax.layers import Attention, GatedDeltaNet, GatedLinearAttention, GatedMLP, RMSNorm
 from ccq_jax.layers.params import linear, normal, sharded
+from ccq_jax.ops.lm_head import head_logits
 from ccq_jax.models.config import GatedDeltaNetConfig, GLAConfig, ModelConfig, TransformerConfig
 
 
@@ -108,7 +109,9 @@ class CausalLM(nnx.Module):
         A cache (`ccq_jax.inference.init_cache`) continues its document at position 0.
         """
         x, new_cache = self.hidden_states(input_ids, segment_ids, cache)
-        logits = lm_logits(x, self.head(), self.config.compute_dtype)
+        decode_step = cache is not None and input_ids.shape[1] == 1
+        logits = lm_logits(x, self.head(), self.config.compute_dtype, impl=self.config.head_impl if decode_step
+                           else "xla", interpret=self.config.interpret if decode_step else None)
         return logits if cache is None else (logits, new_cache)
 
     def hidden_states(self, input_ids: jax.Array, segment_ids: jax.Array | None = None, cache: tuple | None = None):
@@ -136,11 +139,11 @@ class CausalLM(nnx.Module):
         return self.embeddings.embedding[...].T if self.config.tie_word_embeddings else self.lm_head.kernel[...]
 
 
-def lm_logits(x: jax.Array, head: jax.Array, dtype, out_dtype=jnp.float32) -> jax.Array:
+def lm_logits(x: jax.Array, head: jax.Array, dtype, out_dtype=jnp.float32, *, impl="xla", interpret=None) -> jax.Array:
     """Logits of hidden states x [..., D] against `head` [D, vocab], the product in `dtype` (None: the promoted
     type of the two), as `nnx.Linear` and `nnx.Embed.attend` compute it; returned in `out_dtype` (None: the
-    product's own)."""
+    product's own). impl, interpret: `ccq_jax.ops.lm_head.head_logits`'s ("pallas": a decode step's few rows)."""
     if dtype is not None:
         x, head = x.astype(dtype), head.astype(dtype)
-    logits = jnp.dot(x, head)
+    logits = head_logits(x, head, impl=impl, interpret=interpret)
     return logits if out_dtype is None else logits.astype(out_dtype)

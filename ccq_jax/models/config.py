@@ -49,6 +49,17 @@ class ModelConfig:
     # run the blocks of a forward without a cache as one `lax.scan` over the layers' stacked parameters (one block
     # traced and compiled, not num_hidden_layers); the parameters keep their per-layer layout (`layers.{i}`)
     scan_layers: bool = False
+    # the LM head of a decode step (one token per row, with a cache): "xla" (XLA's GEMM) or "pallas" (the
+    # row-matmul kernel, `ccq_jax.ops.lm_head`: compiled on a GPU, interpreted on a CPU)
+    head_impl: Literal["xla", "pallas"] = "xla"
+    # the kernels' `interpret` (`ccq_jax.ops`): None interprets them exactly on a CPU; False compiles them also
+    # there, for ahead-of-time compilation to another platform (`ccq-compile` for a TPU topology)
+    interpret: bool | None = None
+
+    @property
+    def kernel_impls(self) -> dict:
+        """{field: impl} of the fields that pick kernels or their references (`interpret` applies to these)."""
+        return {"head_impl": self.head_impl}
 
     @property
     def recompute_elementwise(self) -> bool:
@@ -62,6 +73,13 @@ class ModelConfig:
         check.integer("intermediate_size", self.intermediate_size, minimum=1, optional=True)
         check.real("norm_eps", self.norm_eps, lo=0, lo_open=True)
         check.real("initializer_range", self.initializer_range, lo=0)
+        if self.head_impl == "pallas" and (self.vocab_size % 16 or self.hidden_size % 16):
+            raise ValueError(f"head_impl: 'pallas' needs vocab_size and hidden_size multiples of 16, got "
+                             f"{self.vocab_size} and {self.hidden_size}")
+        if self.interpret is not None and all(v in (*REFERENCES, "xla") for v in self.kernel_impls.values()):
+            chosen = ", ".join(f"{k}={v!r}" for k, v in self.kernel_impls.items())
+            raise ValueError(f"interpret: {chosen} run no kernels; leave interpret unset (None) or pick a kernel "
+                             f"impl")
 
     @property
     def mlp_width(self) -> int:
@@ -105,21 +123,18 @@ class LinearAttentionConfig(ModelConfig):
     attn_impl: str = "chunk"
     decode_impl: str = "recurrent"
     chunk_size: int | None = None
-    # the kernels' `interpret` (`ccq_jax.ops`), for attn_impl's and decode_impl's: None interprets them exactly on a
-    # CPU; False compiles them also there, for ahead-of-time compilation to another platform (`ccq-compile` for a
-    # TPU topology)
-    interpret: bool | None = None
     use_short_conv: bool = False
     conv_size: int = 4
+
+    @property
+    def kernel_impls(self) -> dict:
+        return {"attn_impl": self.attn_impl, "decode_impl": self.decode_impl, **super().kernel_impls}
 
     def __post_init__(self):
         super().__post_init__()
         configlib.check_choice("attn_impl", self.attn_impl, IMPLS)
         configlib.check_choice("decode_impl", self.decode_impl, IMPLS)
         check.integer("chunk_size", self.chunk_size, minimum=1, optional=True)
-        if self.interpret is not None and self.attn_impl in REFERENCES and self.decode_impl in REFERENCES:
-            raise ValueError(f"interpret: attn_impl={self.attn_impl!r} and decode_impl={self.decode_impl!r} run no "
-                             f"kernels; leave interpret unset (None) or pick a kernel impl")
         check.integer("conv_size", self.conv_size, minimum=1)
 
 

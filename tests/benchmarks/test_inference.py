@@ -15,15 +15,17 @@ from benchmarks.inference_kernels import shapes
 
 def test_our_side_measures_each_kind_on_a_tiny_preset():
     records = list(ours("gla-tiny", "float32", [(1, 16)], [(1, 16)], [(2, 8), (2, 32)], tokens=3, repeats=1,
-                        hbm_tb_s=1.0, decode_impls=("recurrent", "pallas")))
-    assert [r["what"] for r in records] == ["split", "prefill", "prefill, re-split", "decode", "decode", "generate",
-                                            "generate"]
+                        hbm_tb_s=1.0, decode_impls=("recurrent", "pallas"), head_impls=("xla", "pallas")))
+    assert [r["what"] for r in records] == ["split", "prefill", "prefill, re-split", "decode", "decode", "decode",
+                                            "generate", "generate"]
     assert all(r["ms"] > 0 for r in records) and all(r["attn_impl"] == "chunk" for r in records)
     assert all(0 < r["host_ms"] for r in records[1:3])
     decode = records[3]
     assert decode["state_floor_ms"] > decode["floor_ms"] > 0 and decode["rows"] == 1  # one row runs as one on a CPU
-    assert [r["decode_impl"] for r in records[3:5]] == ["recurrent", "pallas"]  # the one-token kernels, interpreted
-    short, long = records[5:]
+    # the one-token kernels and the row-matmul head, interpreted
+    assert [(r["decode_impl"], r["head_impl"]) for r in records[3:6]] == [
+        ("recurrent", "xla"), ("pallas", "xla"), ("recurrent", "pallas")]
+    short, long = records[6:]
     assert short["cache_bytes_per_sequence"] == long["cache_bytes_per_sequence"] > 0
     assert short["tokens_per_s"] == pytest.approx(2 * 3 / (short["ms"] / 1e3))
 
@@ -34,6 +36,8 @@ def test_the_table_puts_fla_beside_ours():
                {**mine, "preset": "ccq-gla-x", "what": "decode", "ms": 2.0, "floor_ms": 0.5},
                {**mine, "preset": "gla-x", "what": "decode", "rows": 2, "ms": 1.0, "floor_ms": 0.5},
                {**mine, "preset": "gla-x", "what": "decode", "decode_impl": "pallas", "ms": 0.8, "floor_ms": 0.5},
+               {**mine, "preset": "gla-x", "what": "decode", "decode_impl": "recurrent", "head_impl": "pallas",
+                "ms": 0.6, "floor_ms": 0.5},
                {"side": "fla", "preset": "gla-x", "what": "prefill", "batch": 1, "prompt": 8, "ms": 6.0},
                {"side": "fla", "preset": "gla-x", "what": "decode", "batch": 1, "prompt": 8, "ms": 4.0},
                {"side": "fla", "preset": "gla-x", "what": "decode, HF generate", "batch": 1, "prompt": 8, "ms": 30.0}]
@@ -42,11 +46,14 @@ def test_the_table_puts_fla_beside_ours():
     assert "| ccq-gla-x | decode | 1 | 8 | 2.00 | 4.00 | 0.50 | 30.00 | 0.500 | - |" in text
     assert "| gla-x | decode, 2 rows run | 1 | 8 | 1.00 | 4.00 | 0.25 | 30.00 | 0.500 | - |" in text
     assert "| gla-x | decode, pallas step | 1 | 8 | 0.80 | 4.00 | 0.20 | 30.00 | 0.500 | - |" in text
+    assert "| gla-x | decode, pallas head | 1 | 8 | 0.60 | 4.00 | 0.15 | 30.00 | 0.500 | - |" in text
 
 
-def test_decode_impls_are_checked_before_anything_is_built():
+def test_decode_and_head_impls_are_checked_before_anything_is_built():
     with pytest.raises(ValueError, match=r"decode_impls: expected one or more of .*, got \['fused'\]"):
         ours("gla-tiny", "float32", [], [], [], tokens=1, repeats=1, hbm_tb_s=1.0, decode_impls=("fused",))
+    with pytest.raises(ValueError, match=r"head_impls: expected one or more of \('xla', 'pallas'\), got \['cublas'\]"):
+        ours("gla-tiny", "float32", [], [], [], tokens=1, repeats=1, hbm_tb_s=1.0, head_impls=("cublas",))
 
 
 def test_shapes_are_batch_prompt_pairs():

@@ -13,12 +13,14 @@ T, PROMPT = 18, 11
 LINEAR = [c for c in CASES if c != "transformer"]
 
 
-@pytest.mark.parametrize("case,decode_impl", [(c, None) for c in CASES] + [(c, "pallas") for c in LINEAR])
-def test_prefill_then_decode_reproduces_the_full_forward(case, decode_impl):
+@pytest.mark.parametrize("case,impls", [(c, {}) for c in CASES] + [(c, {"decode_impl": "pallas"}) for c in LINEAR]
+                         + [(c, {"head_impl": "pallas"}) for c in ("transformer", "ccq-gla")])
+def test_prefill_then_decode_reproduces_the_full_forward(case, impls):
     """Row 0 packs two documents (the second continues through decoding); rows 1 and 2 are one document each.
-    decode_impl="pallas": the steps on the one-token kernels (`pallas_kernels.recurrent_step`, interpreted here)."""
+    decode_impl="pallas": the steps on the one-token kernels (`pallas_kernels.recurrent_step`, interpreted here);
+    head_impl="pallas": their LM head on the row-matmul kernel (`pallas_kernels.row_matmul`)."""
     name, overrides = CASES[case]
-    model = build(name, dict(overrides, **({"decode_impl": decode_impl} if decode_impl else {})))
+    model = build(name, dict(overrides, **impls))
     ids = token_ids((3, T), seed=5)
     segments = jnp.asarray([[0] * 4 + [1] * (T - 4), [3] * T, [0] * T], jnp.int32)
     full = forward(model, ids, segments)

@@ -51,6 +51,10 @@ BAD = [
     ("gla-tiny", dict(ccq=0.1), "ccq: expected ccq_jax.layers.ccq.CCQConfig | None, got float 0.1"),
     ("gla-tiny", dict(hiden_size=64), "hiden_size: unknown key (did you mean 'hidden_size'?)"),
     ("transformer-tiny", dict(ccq=None), "ccq: unknown key"),
+    ("gla-tiny", dict(head_impl="cublas"), "head_impl: expected Literal['xla', 'pallas'], got str 'cublas'"),
+    ("transformer-tiny", dict(head_impl="pallas", vocab_size=250),
+     "head_impl: 'pallas' needs vocab_size and hidden_size multiples of 16, got 250 and 64"),
+    ("transformer-tiny", dict(interpret=True), "interpret: head_impl='xla' run no kernels"),
     ("gla-tni", {}, "name: unknown value 'gla-tni'; expected one of ('transformer-tiny',"),
 ]
 

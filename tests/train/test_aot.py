@@ -39,7 +39,7 @@ def test_for_tpu_keeps_references_and_refuses_gpu_kernels():
 
 
 def test_interpret_is_refused_where_no_impl_runs_kernels():
-    with pytest.raises(ValueError, match="interpret: attn_impl='chunk' and decode_impl='recurrent' run no kernels"):
+    with pytest.raises(ValueError, match="interpret: attn_impl='chunk', decode_impl='recurrent', head_impl='xla' run no kernels"):
         get_config("gla-tiny", attn_impl="chunk", interpret=False)
     assert get_config("gla-tiny", attn_impl="chunk", decode_impl="pallas", interpret=False).interpret is False
 
