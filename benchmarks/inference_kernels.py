@@ -123,9 +123,10 @@ def prefill_kernels(served: SplitModel, batch: int, prompt: int, device=None) ->
 
 
 def measure(preset: str, dtype: str, prefills, batches, target: str, attn_impl: str, hbm_tb_s: float,
-            decode_impls=("recurrent",)) -> list[dict]:
+            decode_impls=("recurrent",), head_impls=("xla",)) -> list[dict]:
     """Records of `preset`'s prefills (B, P) and decode steps (see the module docstring), the steps of a linear
-    preset for each of `decode_impls` (B rows as before only for the first)."""
+    preset for each of `decode_impls` (B rows as before only for the first), and with the first of them (a
+    transformer: its one decode path) for each further LM head of `head_impls` (`ccq_jax.ops.lm_head`)."""
     device = target_device(target)
     platform = jax.default_backend() if device is None else device.platform
     linear = {}
@@ -134,9 +135,15 @@ def measure(preset: str, dtype: str, prefills, batches, target: str, attn_impl: 
         linear = {"attn_impl": attn_impl, **({"interpret": False} if kernels_compiled else {})}
     config = get_config(preset, dtype=dtype, param_dtype=dtype, **linear)
     served = SplitModel(*nnx.split(abstract_model(config)))
-    steps = {None: served} if not linear else {  # a transformer has one decode path (impl None)
-        impl: SplitModel(*nnx.split(abstract_model(get_config(preset, dtype=dtype, param_dtype=dtype, **linear,
-                                                              decode_impl=impl)))) for impl in decode_impls}
+    impls = [None] if not linear else list(decode_impls)  # a transformer has one decode path (impl None)
+    pairs = [(impl, head_impls[0]) for impl in impls] + [(impls[0], head) for head in head_impls[1:]]
+
+    def stepping(impl, head):
+        kernels = {"interpret": False} if device is not None and head != "xla" else {}
+        options = {**linear, **kernels, "head_impl": head, **({} if impl is None else {"decode_impl": impl})}
+        return SplitModel(*nnx.split(abstract_model(get_config(preset, dtype=dtype, param_dtype=dtype, **options))))
+
+    steps = {pair: stepping(*pair) for pair in pairs}
     base = {"preset": preset, "dtype": dtype, "target": target, "platform": platform,
             "attn_impl": linear.get("attn_impl"), "weight_bytes": count_params(config) * np.dtype(dtype).itemsize,
             "jax": jax.__version__}
@@ -149,10 +156,10 @@ def measure(preset: str, dtype: str, prefills, batches, target: str, attn_impl: 
     for b, p in prefills:
         record("prefill", prefill_kernels(served, b, p, device), batch=b, prompt=p)
     for b in batches:
-        for n, (impl, stepping) in enumerate(steps.items()):
+        for n, ((impl, head), served_step) in enumerate(steps.items()):
             for rows in sorted({decode_rows(b, platform), b} if n == 0 else {decode_rows(b, platform)}, reverse=True):
-                record("decode step", decode_step_kernels(stepping, rows, device), batch=b, rows=rows,
-                       decode_impl=impl)
+                record("decode step", decode_step_kernels(served_step, rows, device), batch=b, rows=rows,
+                       decode_impl=impl, head_impl=head)
     return out
 
 
@@ -172,6 +179,7 @@ def table(rows) -> str:
              "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         what = r["what"] + (f", {r['decode_impl']} step" if r.get("decode_impl") not in (None, "recurrent") else "")
+        what += f", {r['head_impl']} head" if r.get("head_impl") not in (None, "xla") else ""
         lines.append(f"| {r['preset']} | {what} | {r['batch']} | {r.get('prompt', r.get('rows'))} | "
                      f"{r['kernels']} | {r['per_layer']:.1f} | {r['bytes'] / 1e9:.2f} | "
                      f"{r['weight_bytes'] / 1e9:.2f} | {r['bytes_ms']:.2f} |")
@@ -187,6 +195,9 @@ def main(argv=None) -> int:
     p.add_argument("--batches", default="1,16", type=lambda s: [int(b) for b in s.split(",")], help="decode batches")
     p.add_argument("--decode-impls", default="recurrent,pallas", type=lambda s: s.split(","),
                    help="the linear presets' one-token steps (`ccq_jax.ops` impls)")
+    p.add_argument("--head-impls", default="xla", type=lambda s: s.split(","),
+                   help="the decode step's LM head (`ccq_jax.ops.lm_head`): each after the first with the first "
+                        "decode impl")
     p.add_argument("--target", default="h200", choices=["local", *sorted(TARGETS)])
     p.add_argument("--hbm-tb-s", type=float, default=4.8, help="memory bandwidth for the ms column (H200: 4.8)")
     p.add_argument("--out", help="JSON lines, appended")
@@ -196,7 +207,7 @@ def main(argv=None) -> int:
     rows = []
     for preset in a.presets.split(","):
         rows += records.show(measure(preset, a.dtype, a.prefill, a.batches, a.target, a.attn_impl, a.hbm_tb_s,
-                                     a.decode_impls))
+                                     a.decode_impls, a.head_impls))
     records.append(a.out, rows)
     print(table(rows))
     return 0

@@ -9,6 +9,7 @@ are indicative; a kernel asking for more than an H200 block's 227 KB of shared m
 launch there.
 
     PYTHONPATH=.:/tmp/tritonsite python benchmarks/kernel_resources.py --ops gated_delta_rule --dtype bfloat16
+    PYTHONPATH=.:/tmp/tritonsite python benchmarks/kernel_resources.py --ops lm_head --tokens 2   # the LM head kernel
 
 Checked against the H200: a `delta_dstates` variant that the GPU refused for asking 271,364 bytes
 of shared memory comes out here at 271,364; another (k's decay on the `[C, BV]` side, eighth
@@ -77,7 +78,8 @@ def main():
     ap.add_argument("--ops", nargs="+", default=["gla", "gated_delta_rule", "ccq_query"])
     ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
     ap.add_argument("--timeout", type=float, default=600, help="seconds per kernel's compile")
-    ap.add_argument("--tokens", type=int, default=128, help="sequence length (1: the one-token decode kernels)")
+    ap.add_argument("--tokens", type=int, default=128,
+                    help="sequence length (1: the one-token decode kernels); for --ops lm_head, the rows (<= 64)")
     a = ap.parse_args()
     print("| op | kernel | warps | stages | shared KB | registers | spill stores / loads B |\n|---|---|---|---|---|---|---|")
     for op in a.ops:

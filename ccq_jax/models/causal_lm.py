@@ -109,9 +109,9 @@ class CausalLM(nnx.Module):
         A cache (`ccq_jax.inference.init_cache`) continues its document at position 0.
         """
         x, new_cache = self.hidden_states(input_ids, segment_ids, cache)
-        decode_step = cache is not None and input_ids.shape[1] == 1
-        logits = lm_logits(x, self.head(), self.config.compute_dtype, impl=self.config.head_impl if decode_step
-                           else "xla", interpret=self.config.interpret if decode_step else None)
+        kernel_head = cache is not None and input_ids.shape[1] == 1 and self.config.head_impl == "pallas"
+        logits = lm_logits(x, self.head(), self.config.compute_dtype, impl="pallas" if kernel_head else "xla",
+                           interpret=self.config.interpret if kernel_head else None)
         return logits if cache is None else (logits, new_cache)
 
     def hidden_states(self, input_ids: jax.Array, segment_ids: jax.Array | None = None, cache: tuple | None = None):

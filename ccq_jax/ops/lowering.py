@@ -15,12 +15,14 @@ from jax._src.lib.mlir import ir
 from jax._src.pallas.triton import gpu_info, lowering, pallas_call_registration
 
 import ccq_jax.ops as ops
+from ccq_jax.ops.lm_head import head_logits
 
 
 def lowered_kernels(op, dtype, impl="pallas", tokens=128):
     """([(kernel name, Triton IR text, num_warps, num_stages)], the number of Mosaic GPU kernels) of `op`'s forward
     and backward for impl (compiled for a GPU: interpret=False) at `tokens` tokens (1: a decode step, on the one-token
-    kernels), the Triton ones in lowering order (this tool measures those; the Mosaic GPU ones are counted)."""
+    kernels), the Triton ones in lowering order (this tool measures those; the Mosaic GPU ones are counted).
+    op "lm_head": the row-matmul kernel of `ccq_jax.ops.lm_head` at `tokens` rows of gla-1.3b's head (impl unused)."""
     info = gpu_info.GpuInfo(gpu_version=None, arch_name="9.0", compute_capability=90)
     modules, kernels, mosaic = [], [], []
     lower, custom_call = lowering.lower_jaxpr_to_triton_module, mlir.custom_call
@@ -48,12 +50,17 @@ def lowered_kernels(op, dtype, impl="pallas", tokens=128):
         f32 = jnp.float32
         args = {"q": spec(B, T, H, K), "k": spec(B, T, H, K), "v": spec(B, T, H, V), "g": spec(B, T, H, K, d=f32),
                 "g_head": spec(B, T, H, d=f32), "beta": spec(B, T, H, d=f32), "lam": spec(B, T, H, d=f32)}
-        names = {"gla": ["q", "k", "v", "g"], "gated_delta_rule": ["q", "k", "v", "g_head", "beta"],
+        names = {"lm_head": [], "gla": ["q", "k", "v", "g"], "gated_delta_rule": ["q", "k", "v", "g_head", "beta"],
                  "ccq_query": ["q", "k", "lam"], "ccq_gla": ["q", "k", "v", "g", "lam"],
                  "ccq_gated_delta_rule": ["q", "k", "v", "g_head", "beta", "lam"]}[op]
-        loss = lambda *x: jnp.sum(jnp.square(getattr(ops, op)(*x, impl=impl, interpret=False)[0].astype(f32)))
-        grad = jax.jit(jax.grad(loss, argnums=tuple(range(len(names)))))
-        grad.trace(*(args[n] for n in names)).lower(lowering_platforms=("cuda",))
+        if op == "lm_head":  # the forward only (its backward is XLA's GEMMs), `tokens` rows of gla-1.3b's head
+            traced = jax.jit(lambda x, w: head_logits(x, w, impl="pallas", interpret=False))
+            inputs = (spec(tokens, 2048), spec(2048, 32000))
+        else:
+            loss = lambda *x: jnp.sum(jnp.square(getattr(ops, op)(*x, impl=impl, interpret=False)[0].astype(f32)))
+            traced = jax.jit(jax.grad(loss, argnums=tuple(range(len(names)))))
+            inputs = tuple(args[n] for n in names)
+        traced.trace(*inputs).lower(lowering_platforms=("cuda",))
     finally:
         lowering.lower_jaxpr_to_triton_module, mlir.custom_call = lower, custom_call
         pallas_call_registration.gpu_info_lib.get_gpu_info = get_info

@@ -75,6 +75,17 @@ def test_local_records_hold_the_prefills_and_the_rows_the_backend_runs():
     assert "| gla-tiny | decode step, pallas step | 3 | 3 |" in table(rows)
 
 
+def test_each_further_head_impl_is_counted_with_the_first_decode_impl():
+    rows = measure("gla-tiny", "float32", [], [2], "local", "chunk", hbm_tb_s=1.0,
+                   decode_impls=("recurrent", "pallas"), head_impls=("xla", "pallas"))
+    assert [(r["decode_impl"], r["head_impl"]) for r in rows] == [
+        ("recurrent", "xla"), ("pallas", "xla"), ("recurrent", "pallas")]
+    assert "| gla-tiny | decode step, pallas head | 2 | 2 |" in table(rows)
+    transformer = measure("transformer-tiny", "float32", [], [1], "local", "chunk", hbm_tb_s=1.0,
+                          head_impls=("xla", "pallas"))
+    assert [(r["decode_impl"], r["head_impl"]) for r in transformer] == [(None, "xla"), (None, "pallas")]
+
+
 def test_targets_are_named_and_an_h200_needs_the_cuda_plugin():
     assert target_device("local") is None
     with pytest.raises(ValueError, match=r"target: expected 'local' or one of \['h200'\], got 'h100'"):

@@ -30,3 +30,11 @@ def test_lowers_with_x64_enabled(name):
         triton, n_mosaic = lowered_kernels(name, "bfloat16")
     want = dict((n, (k, m)) for n, k, m in CASES)[name]
     assert (len(triton), n_mosaic) == want
+
+
+@pytest.mark.parametrize("x64", [False, True], ids=["x32", "x64"])
+def test_the_lm_head_lowers_to_one_triton_kernel(x64):
+    """The row-matmul kernel at two rows of gla-1.3b's head (`ccq_jax.ops.lm_head`): its forward is one kernel."""
+    with jax.enable_x64(x64):
+        triton, n_mosaic = lowered_kernels("lm_head", "bfloat16", tokens=2)
+    assert (len(triton), n_mosaic) == (1, 0) and triton[0][0] == "row_matmul"
