@@ -52,7 +52,7 @@ import numpy as np
 from flax import nnx
 
 from benchmarks import records
-from benchmarks.inference_kernels import decode_step_kernels, shapes
+from benchmarks.inference_kernels import decode_step_kernels, impl_pairs, shapes
 from benchmarks.gpu_trace import by_kind, gpu_kernels, kernel_times, trace_call
 from ccq_jax.inference import cache_nbytes, decode, decode_rows, generate, init_cache, prefill, split_model
 from ccq_jax.models import CausalLM, count_params, get_config, with_config
@@ -131,13 +131,10 @@ def _measure(preset, dtype, prefills, decodes, generates, tokens, repeats, hbm_t
     config = get_config(preset, dtype=dtype, param_dtype=dtype, **linear)
     model = CausalLM(config, rngs=nnx.Rngs(0))
     served = split_model(model)
-    # the model (its parameters shared) with each (decode impl, head impl): every decode impl with the first head
-    # impl, the first decode impl with every head impl; a transformer has one decode path (decode impl None)
-    pairs = [(None, h) for h in head_impls] if transformer else list(dict.fromkeys(
-        [(impl, head_impls[0]) for impl in decode_impls] + [(decode_impls[0], h) for h in head_impls]))
-    steps = {(impl, head): served if (impl in (None, config.decode_impl) and head == config.head_impl)
-             else split_model(with_config(model, head_impl=head, **({} if impl is None else {"decode_impl": impl})))
-             for impl, head in pairs}
+    # the model (its parameters shared) with each (decode impl, head impl) of `impl_pairs`
+    steps = {(impl, head): split_model(with_config(model, head_impl=head, **({} if impl is None else
+                                                                          {"decode_impl": impl})))
+             for impl, head in impl_pairs([None] if transformer else decode_impls, head_impls)}
     weight_bytes = count_params(config) * np.dtype(dtype).itemsize
     base = {"side": "ours", "preset": preset, "dtype": dtype, "device": jax.devices()[0].device_kind,
             "xla_flags": os.environ.get("XLA_FLAGS", ""), **({"attn_impl": attn_impl} if linear else {})}

@@ -20,6 +20,7 @@ the table), set beside the weights' bytes and, at `--hbm-tb-s`, the time those b
 
 import argparse
 import collections
+import dataclasses
 import pathlib
 import re
 
@@ -30,7 +31,6 @@ from flax import nnx
 from benchmarks import records
 from ccq_jax.inference import SplitModel, decode_rows, decode_step, init_cache, prefill
 from ccq_jax.models import abstract_model, count_params, get_config
-from ccq_jax.ops.registry import REFERENCES
 
 TARGETS = {"h200": pathlib.Path(__file__).with_name("h200_target.txtpb")}
 NOT_LAUNCHED = ("parameter", "constant", "bitcast", "get-tuple-element", "tuple")
@@ -122,6 +122,13 @@ def prefill_kernels(served: SplitModel, batch: int, prompt: int, device=None) ->
     return compiled_kernels(run, (served.state, ids, abstract_cache(served, batch, prompt)), device)
 
 
+def impl_pairs(decode_impls, head_impls) -> list[tuple]:
+    """The (decode impl, head impl) pairs a decode benchmark compares: each decode impl with the first head impl,
+    then the first decode impl with each further head impl (decode_impls [None]: a transformer's one path)."""
+    return list(dict.fromkeys([(impl, head_impls[0]) for impl in decode_impls] +
+                              [(decode_impls[0], head) for head in head_impls]))
+
+
 def measure(preset: str, dtype: str, prefills, batches, target: str, attn_impl: str, hbm_tb_s: float,
             decode_impls=("recurrent",), head_impls=("xla",)) -> list[dict]:
     """Records of `preset`'s prefills (B, P) and decode steps (see the module docstring), the steps of a linear
@@ -129,21 +136,19 @@ def measure(preset: str, dtype: str, prefills, batches, target: str, attn_impl: 
     transformer: its one decode path) for each further LM head of `head_impls` (`ccq_jax.ops.lm_head`)."""
     device = target_device(target)
     platform = jax.default_backend() if device is None else device.platform
-    linear = {}
-    if not preset.startswith("transformer"):
-        kernels_compiled = device is not None and attn_impl not in REFERENCES  # lowered for the target, not run
-        linear = {"attn_impl": attn_impl, **({"interpret": False} if kernels_compiled else {})}
-    config = get_config(preset, dtype=dtype, param_dtype=dtype, **linear)
-    served = SplitModel(*nnx.split(abstract_model(config)))
-    impls = [None] if not linear else list(decode_impls)  # a transformer has one decode path (impl None)
-    pairs = [(impl, head_impls[0]) for impl in impls] + [(impls[0], head) for head in head_impls[1:]]
+    transformer = preset.startswith("transformer")
+    linear = {} if transformer else {"attn_impl": attn_impl}
 
-    def stepping(impl, head):
-        kernels = {"interpret": False} if device is not None and head != "xla" else {}
-        options = {**linear, **kernels, "head_impl": head, **({} if impl is None else {"decode_impl": impl})}
-        return SplitModel(*nnx.split(abstract_model(get_config(preset, dtype=dtype, param_dtype=dtype, **options))))
+    def served_with(**impls):
+        """The abstract model with `impls`; its kernels lowered for the target (interpret=False), not run here."""
+        config = get_config(preset, dtype=dtype, param_dtype=dtype, **linear, **impls)
+        if device is not None and config.runs_kernels:
+            config = dataclasses.replace(config, interpret=False)
+        return config, SplitModel(*nnx.split(abstract_model(config)))
 
-    steps = {pair: stepping(*pair) for pair in pairs}
+    config, served = served_with()
+    steps = {(impl, head): served_with(head_impl=head, **({} if impl is None else {"decode_impl": impl}))[1]
+             for impl, head in impl_pairs([None] if transformer else decode_impls, head_impls)}
     base = {"preset": preset, "dtype": dtype, "target": target, "platform": platform,
             "attn_impl": linear.get("attn_impl"), "weight_bytes": count_params(config) * np.dtype(dtype).itemsize,
             "jax": jax.__version__}

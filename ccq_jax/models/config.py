@@ -62,6 +62,11 @@ class ModelConfig:
         return {"head_impl": self.head_impl}
 
     @property
+    def runs_kernels(self) -> bool:
+        """Whether any of `kernel_impls` picks a kernel (not XLA's forms: the references, "xla")."""
+        return any(impl not in (*REFERENCES, "xla") for impl in self.kernel_impls.values())
+
+    @property
     def recompute_elementwise(self) -> bool:
         """Whether the layers recompute their elementwise pieces (`ccq_jax.layers.remat`)."""
         return self.remat_policy != "none"
@@ -76,7 +81,7 @@ class ModelConfig:
         if self.head_impl == "pallas" and (self.vocab_size % 16 or self.hidden_size % 16):
             raise ValueError(f"head_impl: 'pallas' needs vocab_size and hidden_size multiples of 16, got "
                              f"{self.vocab_size} and {self.hidden_size}")
-        if self.interpret is not None and all(v in (*REFERENCES, "xla") for v in self.kernel_impls.values()):
+        if self.interpret is not None and not self.runs_kernels:
             chosen = ", ".join(f"{k}={v!r}" for k, v in self.kernel_impls.items())
             raise ValueError(f"interpret: {chosen} run no kernels; leave interpret unset (None) or pick a kernel "
                              f"impl")

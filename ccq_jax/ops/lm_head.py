@@ -3,9 +3,10 @@
     logits = head_logits(x, head, impl="pallas")   # x [..., D], at most MAX_ROWS rows; head [D, vocab]
 
 A decode step multiplies one or two rows by the whole head (131 MB for gla-1.3b): the product is bound by the
-head's bytes, and the kernel splits it over enough programs to load at the HBM rate, where XLA's GEMM ran at a
-quarter of it. impl="xla" is `jnp.dot` (any number of rows). impl="pallas" compiles the kernel on a GPU and
-interprets it on a CPU (or wherever interpret=True asks); on a TPU it is a ValueError (no Mosaic TPU form).
+head's bytes, and XLA's GEMM read them at a quarter of an H100's HBM rate. The kernel splits the product over
+enough programs to aim at that rate (not yet timed on a GPU: docs/benchmarks.md). impl="xla" is `jnp.dot` (any
+number of rows). impl="pallas" follows the Triton backends' platform policy (`ccq_jax.ops.registry`): compiled on
+a GPU, interpreted on a CPU or wherever interpret=True asks, a ValueError elsewhere (no Mosaic TPU form).
 Differentiable: the backward is XLA's two GEMMs (the kernel serves the forward of few rows only).
 """
 
@@ -14,8 +15,8 @@ import functools
 import jax
 import jax.numpy as jnp
 
+from ccq_jax.ops.registry import call_of, interprets, kernel_config, triton_support
 from pallas_kernels.row_matmul import row_matmul_partials
-from pallas_kernels.tiles import DEFAULT_CONFIG, KernelConfig
 
 HEAD_IMPLS = ("xla", "pallas")
 MAX_ROWS = 64  # the kernel's row tiles; more rows are a GEMM that XLA's tiling already serves
@@ -41,6 +42,7 @@ def _splits(column_tiles, row_tiles, k_tiles):
 
 
 def _check(x, head, impl, interpret, config):
+    """The kernel's `Call` (None for impl="xla") once the arguments are checked."""
     if impl not in HEAD_IMPLS:
         raise ValueError(f"impl: expected one of {HEAD_IMPLS}, got {impl!r}")
     if head.ndim != 2 or x.ndim < 1 or x.shape[-1] != head.shape[0]:
@@ -51,20 +53,19 @@ def _check(x, head, impl, interpret, config):
     if impl == "xla":
         if interpret is not None or config is not None:
             raise ValueError("interpret, config: impl='xla' runs no kernel; leave them unset")
-        return
+        return None
     rows = x.size // x.shape[-1]
     if rows > MAX_ROWS:
         raise ValueError(f"x: impl='pallas' takes at most {MAX_ROWS} rows (a decode step's), got {rows}; use "
                          f"impl='xla'")
     if any(d % 16 for d in head.shape):
         raise ValueError(f"head: impl='pallas' needs both dims multiples of 16, got {head.shape}")
-    if config is not None and not isinstance(config, KernelConfig):
-        raise ValueError(f"config: expected a pallas_kernels.tiles.KernelConfig or None, got {config!r}")
-    if config is not None and config.width is not None and head.shape[1] % config.width:
+    if kernel_config(config).width is not None and head.shape[1] % config.width:
         raise ValueError(f"config: width {config.width} does not divide the vocabulary {head.shape[1]}")
-    if not interpret and jax.default_backend() not in ("gpu", "cpu"):
-        raise ValueError(f"impl: 'pallas' has no kernel for platform {jax.default_backend()!r} (the row-matmul "
-                         f"kernel is Triton); use impl='xla'")
+    call = call_of(x, head, chunk_size=None, interpret=interpret)
+    if (reason := triton_support(call)) is not None:
+        raise ValueError(f"impl: 'pallas' has no kernel for this call ({reason}); use impl='xla'")
+    return call
 
 
 def head_logits(x, head, *, impl="xla", interpret=None, config=None):
@@ -73,14 +74,12 @@ def head_logits(x, head, *, impl="xla", interpret=None, config=None):
 
     impl: "xla" or "pallas" (the module docstring). interpret: None interprets the kernel on a CPU only; True
     anywhere; False compiles it for a GPU. config: a `KernelConfig` (width: the column tile; warps, stages)."""
-    _check(x, head, impl, interpret, config)
-    if impl == "xla":
+    call = _check(x, head, impl, interpret, config)
+    if call is None:
         return jnp.dot(x, head)
-    dtype = jnp.result_type(x, head)
-    run_interpreted = jax.default_backend() == "cpu" if interpret is None else bool(interpret)
-    flat = x.astype(dtype).reshape(-1, x.shape[-1])
-    logits = _kernel_logits(flat, head.astype(dtype), run_interpreted, config or DEFAULT_CONFIG)
-    return logits.astype(dtype).reshape(*x.shape[:-1], -1)
+    flat = x.astype(call.dtype).reshape(-1, x.shape[-1])
+    logits = _kernel_logits(flat, head.astype(call.dtype), interprets(call), kernel_config(config))
+    return logits.astype(call.dtype).reshape(*x.shape[:-1], -1)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3))

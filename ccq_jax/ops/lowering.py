@@ -45,18 +45,19 @@ def lowered_kernels(op, dtype, impl="pallas", tokens=128):
     lowering.lower_jaxpr_to_triton_module, mlir.custom_call = capture_module, capture_call
     pallas_call_registration.gpu_info_lib.get_gpu_info = lambda: info
     try:
-        B, T, H, K, V = 1, tokens, 2, 256, 512
         spec = lambda *shape, d=dtype: jax.ShapeDtypeStruct(shape, d)
-        f32 = jnp.float32
-        args = {"q": spec(B, T, H, K), "k": spec(B, T, H, K), "v": spec(B, T, H, V), "g": spec(B, T, H, K, d=f32),
-                "g_head": spec(B, T, H, d=f32), "beta": spec(B, T, H, d=f32), "lam": spec(B, T, H, d=f32)}
-        names = {"lm_head": [], "gla": ["q", "k", "v", "g"], "gated_delta_rule": ["q", "k", "v", "g_head", "beta"],
-                 "ccq_query": ["q", "k", "lam"], "ccq_gla": ["q", "k", "v", "g", "lam"],
-                 "ccq_gated_delta_rule": ["q", "k", "v", "g_head", "beta", "lam"]}[op]
         if op == "lm_head":  # the forward only (its backward is XLA's GEMMs), `tokens` rows of gla-1.3b's head
             traced = jax.jit(lambda x, w: head_logits(x, w, impl="pallas", interpret=False))
             inputs = (spec(tokens, 2048), spec(2048, 32000))
         else:
+            B, T, H, K, V = 1, tokens, 2, 256, 512
+            f32 = jnp.float32
+            args = {"q": spec(B, T, H, K), "k": spec(B, T, H, K), "v": spec(B, T, H, V),
+                    "g": spec(B, T, H, K, d=f32), "g_head": spec(B, T, H, d=f32), "beta": spec(B, T, H, d=f32),
+                    "lam": spec(B, T, H, d=f32)}
+            names = {"gla": ["q", "k", "v", "g"], "gated_delta_rule": ["q", "k", "v", "g_head", "beta"],
+                     "ccq_query": ["q", "k", "lam"], "ccq_gla": ["q", "k", "v", "g", "lam"],
+                     "ccq_gated_delta_rule": ["q", "k", "v", "g_head", "beta", "lam"]}[op]
             loss = lambda *x: jnp.sum(jnp.square(getattr(ops, op)(*x, impl=impl, interpret=False)[0].astype(f32)))
             traced = jax.jit(jax.grad(loss, argnums=tuple(range(len(names)))))
             inputs = tuple(args[n] for n in names)

@@ -96,6 +96,13 @@ def choose(op, table, impl, call):
     raise ValueError(f"impl: {impl!r} does not take this call ({why})")
 
 
+def kernel_config(config) -> KernelConfig:
+    """`config` checked: a `KernelConfig`, or None for each kernel's own tiling (`DEFAULT_CONFIG`)."""
+    if config is not None and not isinstance(config, KernelConfig):
+        raise ValueError(f"config: expected a pallas_kernels.tiles.KernelConfig or None, got {config!r}")
+    return config or DEFAULT_CONFIG
+
+
 @functools.cache
 def _jitted(fn, static):
     return jax.jit(fn, static_argnames=static)
@@ -112,9 +119,7 @@ def prepare(op, table, impl, call, *, static, config):
             raise ValueError(f"chunk_size: impl={impl!r} does not work in chunks; leave chunk_size unset")
         options["chunk_size"] = validate.chunk_size(call.chunk_size)
     if chosen.kernel:
-        if config is not None and not isinstance(config, KernelConfig):
-            raise ValueError(f"config: expected a pallas_kernels.tiles.KernelConfig or None, got {config!r}")
-        options.update(interpret=interprets(call), config=config or DEFAULT_CONFIG)
+        options.update(interpret=interprets(call), config=kernel_config(config))
     elif config is not None or call.interpret is not None:
         raise ValueError(f"config, interpret: impl={name!r} runs no kernels; leave them unset")
     fn = _jitted(chosen.fn, tuple(static) + tuple(options))

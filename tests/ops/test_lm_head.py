@@ -55,6 +55,8 @@ def test_gradients_match_a_float64_product():
     ((2, 64, 48), {"impl": "cublas"}, "impl: expected one of"),
     ((2, 64, 48), {"impl": "xla", "interpret": True}, "interpret, config: impl='xla' runs no kernel"),
     ((2, 64, 48), {"impl": "pallas", "config": KernelConfig(width=32)}, "config: width 32 does not divide"),
+    ((2, 64, 48), {"impl": "pallas", "config": {"width": 16}}, "config: expected a pallas_kernels.tiles.KernelConfig"),
+    ((2, 64, 48), {"impl": "pallas", "interpret": "yes"}, "interpret: expected None, True or False, got 'yes'"),
 ])
 def test_bad_calls_are_value_errors(args, kwargs, match):
     x, w = inputs(*args, jnp.float32)
@@ -68,3 +70,13 @@ def test_mismatched_shapes_are_value_errors():
         head_logits(x[:, :32], w, impl="pallas")
     with pytest.raises(ValueError, match="x: expected a floating dtype"):
         head_logits(jnp.ones((2, 64), jnp.int32), w)
+
+
+def test_a_platform_without_the_triton_kernel_is_a_value_error(monkeypatch):
+    """The Triton backends' policy (`ccq_jax.ops.registry.triton_support`): on a TPU only when asked to interpret."""
+    x, w = inputs(2, 64, 48, jnp.float32)
+    monkeypatch.setattr(jax, "default_backend", lambda: "tpu")
+    with pytest.raises(ValueError, match="impl: 'pallas' has no kernel for this call .*the Triton kernels compile "
+                                         "for a GPU only.*; use impl='xla'"):
+        head_logits(x, w, impl="pallas")
+    assert head_logits(x, w, impl="pallas", interpret=True).shape == (2, 48)
