@@ -25,6 +25,7 @@ import jax
 import orbax.checkpoint as ocp
 from flax import nnx
 
+from ccq_jax.cli import user_path
 from ccq_jax.models import CausalLM, abstract_model, get_config, with_config
 from ccq_jax.tokenizers import BYTE_TOKENIZER, HFTokenizer, Tokenizer, load_tokenizer
 
@@ -58,8 +59,9 @@ def checkpoint_step_dir(path, step: int | None = None) -> pathlib.Path:
     """The folder of one saved step: `path` is a ccq-train workdir, its `checkpoints/` folder or a step's folder.
 
     step: which saved step (default: the latest); not allowed when `path` is a step's folder.
+    A relative path (or one with `~`) is made absolute here: orbax reads no metadata from a relative one.
     """
-    path = pathlib.Path(path)
+    path = user_path(path)
     if _is_step_dir(path):
         if step is not None and path.name != str(step):
             raise ValueError(f"step: {path} is the folder of step {path.name}; got step={step}")
@@ -79,7 +81,7 @@ def checkpoint_step_dir(path, step: int | None = None) -> pathlib.Path:
 def read_train_config(step_dir) -> dict:
     """The TrainConfig dict stored with a checkpoint."""
     with _quiet_orbax():
-        return ocp.Checkpointer(ocp.JsonCheckpointHandler()).restore(pathlib.Path(step_dir) / "config")
+        return ocp.Checkpointer(ocp.JsonCheckpointHandler()).restore(user_path(step_dir) / "config")
 
 
 def _shapes(tree) -> dict[str, tuple]:
@@ -166,7 +168,7 @@ def load_fla(path, *, tokenizer: str | None = None, overrides: dict | None = Non
     except ImportError as e:
         raise ValueError(f"fla_dir: reading an fla model folder needs ccq_jax.convert.load_fla_checkpoint "
                          f"(the fla conversion), which this installation cannot import: {e}") from e
-    path = pathlib.Path(path)
+    path = user_path(path)
     _, model = load_fla_checkpoint(path)
     if overrides:
         model = with_config(model, **overrides)

@@ -22,6 +22,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 from tqdm import tqdm
 
+from ccq_jax.cli import user_path
 from ccq_jax.checkpoints import checkpoint_step_dir, read_train_config
 from ccq_jax.models import count_params, get_config
 from ccq_jax.progress import progress as progress_bar
@@ -121,7 +122,7 @@ def train(cfg: TrainConfig, workdir, *, progress: bool = True) -> dict:
     """Run `cfg` in `workdir` (resuming from its latest checkpoint); SIGTERM saves and returns early."""
     initialize_distributed()
     with _Preempted() as preempted:
-        return _train(cfg, pathlib.Path(workdir), progress, preempted)
+        return _train(cfg, user_path(workdir), progress, preempted)
 
 
 class _Reporter:

@@ -11,7 +11,7 @@ import orbax.checkpoint as ocp
 import pytest
 from flax import nnx
 
-from ccq_jax.checkpoints import checkpoint_step_dir, load_checkpoint, load_fla, random_model
+from ccq_jax.checkpoints import checkpoint_step_dir, load_checkpoint, load_checkpoint_model, load_fla, random_model
 from ccq_jax.tokenizers import ByteTokenizer
 from eval.__main__ import main
 from eval.builtin_text import ESSAY
@@ -25,8 +25,11 @@ def _flat(tree) -> dict:
             for path, v in jax.tree_util.tree_leaves_with_path(tree)}
 
 
-def _train_tiny(root):
-    """Two steps of a 1-layer GLA on byte-level text (the model's vocabulary grows to the tokenizer's 384)."""
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """Two steps of a 1-layer GLA on byte-level text (the model's vocabulary grows to the tokenizer's 384): its
+    workdir, trained once for the module (tests that change it work on a copy)."""
+    root = tmp_path_factory.mktemp("trained")
     (root / "text").mkdir()
     for i, part in enumerate(ESSAY.split("\n\n")):
         (root / "text" / f"{i}.txt").write_text(part)
@@ -35,9 +38,9 @@ def _train_tiny(root):
     return root / "work"
 
 
-def test_a_trained_checkpoint_loads_and_evaluates(tmp_path, capsys):
-    """One test (one training run, whatever the xdist distribution): parameters, tokenizer, steps, the CLI."""
-    workdir = _train_tiny(tmp_path)
+def test_a_trained_checkpoint_loads_and_evaluates(trained, tmp_path, capsys):
+    """Parameters, tokenizer, steps, the CLI."""
+    workdir = trained
     bundle = load_checkpoint(workdir)
     assert isinstance(bundle.tokenizer, ByteTokenizer)
     assert bundle.info | {"config": None, "tokenizer": None} == {
@@ -69,6 +72,28 @@ def test_a_trained_checkpoint_loads_and_evaluates(tmp_path, capsys):
     assert record["label"] == "tiny@2" and record["model"]["step"] == 2
     assert record["results"]["num_tokens"] == len("Four score and seven years ago.")
     assert 1 < record["results"]["perplexity"] < 384 and "tiny@2: ppl" in capsys.readouterr().out
+
+
+def test_relative_and_home_paths_load_from_another_working_directory(trained, tmp_path, monkeypatch, capsys):
+    """orbax reads no metadata from a relative path (it crashed with "'NoneType' object has no attribute 'tree'"):
+    paths are made absolute where they enter, for the loader, ccq-eval --checkpoint and the training workdir."""
+    monkeypatch.chdir(trained.parent)
+    bundle = load_checkpoint(trained.name)
+    assert bundle.info["path"] == str(trained / "checkpoints" / "2") and bundle.info["step"] == 2
+    monkeypatch.setenv("HOME", str(trained.parent))
+    assert load_checkpoint(f"~/{trained.name}/checkpoints", step=2).info["path"] == bundle.info["path"]
+
+    (tmp_path / "doc.txt").write_text("Four score and seven years ago.")
+    monkeypatch.chdir(tmp_path)
+    relative = f"../{trained.parent.name}/{trained.name}"
+    main(["ppl", "--checkpoint", relative, "--data", "doc.txt", "--window", "16", "--out", "out", "--no-progress"])
+    assert json.loads((tmp_path / "out" / "ppl.json").read_text())["model"]["path"] == bundle.info["path"]
+
+    cfg = tiny_config(steps=2, checkpoint_every=0, eval_batches=0)
+    assert "final_loss" in train(cfg, "run", progress=False)  # a relative workdir
+    monkeypatch.chdir(trained)
+    assert "final_loss" not in train(cfg, tmp_path / "run", progress=False)  # found finished from elsewhere
+    assert load_checkpoint_model(tmp_path / "run")[1] == tmp_path / "run" / "checkpoints" / "2"
 
 
 def test_presets_grow_their_vocabulary_and_check_the_tokenizer():
