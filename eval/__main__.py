@@ -13,13 +13,15 @@ model folder converted from fla). `--ccq off` runs the same evaluation with ever
 forced off on the same weights (the paper's inference-time ablation); `--set FIELD=VALUE`
 changes other model fields that keep the weights (e.g. `attn_impl=recurrent`). Results go to
 `--out` (default `eval_out/`) as `<command>.json` (+ PNGs and per-sample JSONL); a summary
-table is printed.
+table is printed. A user error ends with one `ccq-eval: error: ...` line and exit status 2
+(`--debug`: its traceback instead).
 """
 
 import argparse
 import sys
 
 from ccq_jax import checks as check
+from ccq_jax.cli import add_debug_flag, run_or_exit
 from ccq_jax.configlib import parse_overrides
 from eval.commands import COMMANDS
 from eval.runs import run_command
@@ -44,6 +46,7 @@ def _common(parser: argparse.ArgumentParser) -> None:
     run.add_argument("--out", default="eval_out", help="folder for JSON results, PNGs and records")
     run.add_argument("--batch-size", type=int, default=8, help="rows per compiled call")
     run.add_argument("--no-progress", action="store_true", help="no progress bars")
+    add_debug_flag(run)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -57,16 +60,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _run(args: argparse.Namespace) -> int:
+    args.overrides = parse_overrides(args.overrides)
+    check.integer("--batch-size", args.batch_size, minimum=1)
+    run_command(args.command, COMMANDS[args.command], args)
+    return 0
+
+
 def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    try:
-        args.overrides = parse_overrides(args.overrides)
-        check.integer("--batch-size", args.batch_size, minimum=1)
-        run_command(args.command, COMMANDS[args.command], args)
-    except ValueError as err:
-        parser.error(str(err))
-    return 0
+    return run_or_exit(parser, lambda: _run(args), args.debug)
 
 
 if __name__ == "__main__":

@@ -3,6 +3,10 @@
     ccq-train --config demo                          # 4 tiny models x 2 seeds on MQAR, CCQ against its backbone
     ccq-train --config mqar-tiny --only gdn-tiny --set seed=3 --set data.seed=3
     ccq-train --config run.yaml --workdir runs/x --set optim.lr=1e-3 --set model.dtype=bfloat16
+
+A user error (a bad or missing config, a workdir holding another run or not writable, a mesh
+that does not fit the devices) ends with one `ccq-train: error: ...` line and exit status 2;
+`--debug` shows its traceback instead.
 """
 
 import argparse
@@ -10,6 +14,7 @@ import json
 import pathlib
 import sys
 
+from ccq_jax.cli import add_debug_flag, run_or_exit, user_path
 from ccq_jax.configlib import parse_overrides
 from train.config import load_config, select_runs
 from train.metrics import plot_curves, read_metrics
@@ -81,16 +86,18 @@ def main(argv=None):
     p.add_argument("--only", default=None, metavar="NAME,NAME",
                    help="train only these runs of a config that has several (e.g. --only gdn-tiny,ccq-gdn-tiny)")
     p.add_argument("--no-progress", action="store_true")
+    add_debug_flag(p)
     a = p.parse_args(argv)
-    try:
-        runs = load_config(a.config, parse_overrides(a.overrides))
-        several = len(runs) > 1  # each run in a folder of its own, also when --only picks one
-        runs = select_runs(runs, a.only)
-    except ValueError as err:
-        p.error(str(err))
-    from train.loop import train  # after argument errors, which need no JAX
+    return run_or_exit(p, lambda: _run(a), a.debug)
 
-    workdir = pathlib.Path(a.workdir or pathlib.Path("runs") / pathlib.Path(a.config).stem)
+
+def _run(a: argparse.Namespace) -> int:
+    runs = load_config(a.config, parse_overrides(a.overrides))
+    several = len(runs) > 1  # each run in a folder of its own, also when --only picks one
+    runs = select_runs(runs, a.only)
+    from train.loop import train  # after config errors, which need no JAX
+
+    workdir = user_path(a.workdir or pathlib.Path("runs") / pathlib.Path(a.config).stem)
     summaries = []
     for run in runs:
         summaries.append(train(run, workdir / run.name if several else workdir, progress=not a.no_progress))

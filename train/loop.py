@@ -15,6 +15,7 @@ while the call before runs.
 import dataclasses
 import pathlib
 import signal
+import tempfile
 import time
 
 import jax
@@ -199,8 +200,20 @@ def _host_batches(it, n: int, steps_per_call: int, mesh) -> dict:
     return host_batch_to_global({k: np.stack([row[k] for row in rows]) for k in rows[0]}, mesh, stacked=True)
 
 
+def check_writable(workdir: pathlib.Path) -> None:
+    """ValueError naming `workdir` unless a file can be written in it (made if missing): found before compiling,
+    not at the first checkpoint."""
+    try:
+        workdir.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=workdir):
+            pass
+    except OSError as err:
+        raise ValueError(f"workdir: cannot write to {workdir}: {err.strerror or err}") from err
+
+
 def _train(cfg: TrainConfig, workdir: pathlib.Path, progress: bool, preempted: _Preempted) -> dict:
     begin = time.perf_counter()
+    check_writable(workdir)
     ckpt = Checkpointer(workdir / "checkpoints", max_to_keep=cfg.keep_checkpoints, async_save=cfg.async_checkpoint)
     if ckpt.latest_step() is not None:
         saved = read_train_config(checkpoint_step_dir(ckpt.directory, ckpt.latest_step()))

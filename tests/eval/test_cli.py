@@ -164,3 +164,8 @@ def test_lm_eval_without_the_package_says_how_to_install_it(monkeypatch, tmp_pat
         main(["lm-eval", "--preset", "gla-tiny", "--tasks", "x", "--out", str(tmp_path), *TINY])
     assert exit_info.value.code == 2 and "lm-eval: needs the lm-eval package (pip install 'ccq-jax[eval]')" in (
         capsys.readouterr().err)
+
+
+def test_debug_shows_the_error_with_its_traceback(tmp_path):
+    with pytest.raises(ValueError, match="--step: only used with --checkpoint"):
+        main(["ppl", "--preset", "gla-tiny", "--data", "x", "--step", "3", "--debug", "--out", str(tmp_path), *TINY])

@@ -1,0 +1,47 @@
+"""ccq-train ends a user error as ccq-eval does: one `ccq-train: error: ...` line on stderr and exit status 2, found
+before anything compiles; `--debug` raises the error with its traceback instead."""
+
+import pytest
+import yaml
+
+from tests.train.tiny_run import tiny_config
+from train.__main__ import main
+
+
+@pytest.fixture
+def tiny_yaml(tmp_path):
+    path = tmp_path / "tiny.yaml"
+    path.write_text(yaml.safe_dump(tiny_config(steps=2, checkpoint_every=0, eval_batches=0).to_dict()))
+    return path
+
+
+def _error(argv, capsys) -> str:
+    with pytest.raises(SystemExit) as exit_info:
+        main([*argv, "--no-progress"])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and len(err.splitlines()) == 1 and err.startswith("ccq-train: error: "), err
+    return err
+
+
+def test_a_missing_or_malformed_yaml_is_one_error_line(tmp_path, capsys):
+    assert f"{tmp_path / 'nowhere.yaml'}: No such file or directory" in _error(
+        ["--config", str(tmp_path / "nowhere.yaml")], capsys)
+    (tmp_path / "bad.yaml").write_text("steps: [1, 2\noptim: {lr: 1}\n")
+    assert "bad.yaml" in _error(["--config", str(tmp_path / "bad.yaml")], capsys)
+    with pytest.raises(FileNotFoundError):
+        main(["--config", str(tmp_path / "nowhere.yaml"), "--debug"])
+
+
+def test_an_unwritable_workdir_and_a_bad_mesh_are_found_before_compiling(tiny_yaml, tmp_path, capsys):
+    (tmp_path / "file").write_text("")
+    message = _error(["--config", str(tiny_yaml), "--workdir", str(tmp_path / "file" / "run")], capsys)
+    assert f"workdir: cannot write to {tmp_path / 'file' / 'run'}" in message
+    assert "mesh" in _error(["--config", str(tiny_yaml), "--workdir", str(tmp_path / "run"),
+                             "--set", "mesh.data=3"], capsys)
+
+
+def test_a_workdir_of_another_run_is_one_error_line(tiny_yaml, tmp_path, capsys):
+    assert main(["--config", str(tiny_yaml), "--workdir", str(tmp_path / "run"), "--no-progress"]) == 0
+    capsys.readouterr()
+    message = _error(["--config", str(tiny_yaml), "--workdir", str(tmp_path / "run"), "--set", "seed=1"], capsys)
+    assert "holds a checkpoint of a run with other settings (seed: 0 -> 1)" in message
