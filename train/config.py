@@ -48,6 +48,10 @@ class TrainConfig:
         if not 0 <= self.peak_tflops < math.inf:
             raise ValueError(f"peak_tflops: expected a finite value >= 0 (0: the device's known peak), "
                              f"got {self.peak_tflops}")
+        if self.optim.warmup_steps > self.steps:
+            raise ValueError(f"optim.warmup_steps: {self.optim.warmup_steps} is longer than the run (steps="
+                             f"{self.steps}), which would end at the peak learning rate without decaying; expected "
+                             f"optim.warmup_steps <= steps")
         if self.mesh.context > 1 and self.data.seq_len % self.mesh.context:
             raise ValueError(f"mesh.context: must divide data.seq_len={self.data.seq_len} (each device takes an "
                              f"equal part of every sequence), got {self.mesh.context}")

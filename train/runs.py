@@ -5,7 +5,7 @@ CCQ-Gated DeltaNet on synthetic MQAR (no download), seed 0. `benchmarks/demo_see
 over seeds and the learning guard (tests/train/test_learning.py) on a seed of its own.
 `demo`: that recipe on DEMO_SEEDS, so the closing table shows each model's spread over seeds
 and CCQ's difference to its own backbone beside it; about five minutes on a 2-core CPU.
-`smoke`: one tiny GLA for a few steps (checks an install in seconds).
+`smoke`: one tiny GLA for 20 steps, 5 of them warmup (checks an install in seconds).
 `pretrain-1.3b`: the four 1.3B linear-attention presets (GLA, CCQ-GLA, Gated DeltaNet, CCQ-Gated
 DeltaNet) on `ccq-prepare-data` shards in data/shards: 4096-token rows, 0.5M tokens a step (128
 rows in 4 microbatches), bf16 compute on fp32 parameters, the Pallas kernels, each block
@@ -29,7 +29,7 @@ DEMO_MODELS = ("gla-tiny", "ccq-gla-tiny", "gdn-tiny", "ccq-gdn-tiny")
 DEMO_SEEDS = (0, 1)
 
 
-def _mqar_run(model: str, steps: int) -> TrainConfig:
+def _mqar_run(model: str, steps: int, warmup_steps: int = 50) -> TrainConfig:
     # short convolutions on every linear model (fla's GLA default leaves them off): they let one layer
     # bind a key to the value after it, so recall is learned in hundreds of steps instead of thousands
     return TrainConfig(
@@ -38,7 +38,7 @@ def _mqar_run(model: str, steps: int) -> TrainConfig:
         data=DataConfig(source="mqar", seq_len=16, batch_size=32,
                         mqar=MQARConfig(vocab_size=64, num_kv_pairs=4, num_examples=50_000,
                                         random_non_queries=False)),
-        optim=OptimConfig(lr=3e-3, warmup_steps=50, weight_decay=0.0, min_lr_ratio=0.1),
+        optim=OptimConfig(lr=3e-3, warmup_steps=warmup_steps, weight_decay=0.0, min_lr_ratio=0.1),
         steps=steps, log_every=25, eval_batches=8, checkpoint_every=0, keep_checkpoints=1,
     )
 
@@ -64,6 +64,6 @@ def _seeded(run: TrainConfig, seed: int) -> TrainConfig:
 RUNS = {
     "mqar-tiny": lambda: [_mqar_run(m, steps=1000) for m in DEMO_MODELS],
     "demo": lambda: [_seeded(_mqar_run(m, steps=1000), s) for m in DEMO_MODELS for s in DEMO_SEEDS],
-    "smoke": lambda: [_mqar_run("gla-tiny", steps=20)],
+    "smoke": lambda: [_mqar_run("gla-tiny", steps=20, warmup_steps=5)],
     "pretrain-1.3b": lambda: [_pretrain_run(f"{m}-1.3b") for m in ("gla", "ccq-gla", "gdn", "ccq-gdn")],
 }

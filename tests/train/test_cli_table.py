@@ -31,7 +31,7 @@ def test_cli_rejects_an_unknown_run_name():
 def test_only_keeps_a_runs_folder_of_its_own_and_the_closing_table(tmp_path):
     # benchmarks/demo_seeds.py reads <workdir>/<run>/metrics.jsonl also when --only picks a single run
     args = ["--config", "mqar-tiny", "--only", "gdn-tiny", "--workdir", str(tmp_path), "--no-progress"]
-    for item in ("steps=2", "log_every=1", "eval_batches=1", "model.num_hidden_layers=1"):
+    for item in ("steps=2", "optim.warmup_steps=1", "log_every=1", "eval_batches=1", "model.num_hidden_layers=1"):
         args += ["--set", item]
     out = subprocess.run([sys.executable, "-m", "train", *args], cwd=ROOT, capture_output=True, text=True,
                          env={**os.environ, "PYTHONPATH": ROOT, "JAX_PLATFORMS": "cpu",

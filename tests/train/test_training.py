@@ -190,6 +190,7 @@ def test_non_finite_steps_are_skipped_and_reported(tmp_path, capsys):
     ({"model.hidden_sise": 64}, r"model\.hidden_sise: unknown key \(did you mean 'hidden_size'\?\)"),
     ({"model.hidden_size": -3}, r"model\.hidden_size: expected an integer >= 1, got -3"),
     ({"steps": 0}, r"steps: expected >= 1, got 0"),
+    ({"steps": 4}, r"optim\.warmup_steps: 5 is longer than the run \(steps=4\), .*expected optim\.warmup_steps <= steps"),
     ({"log_every": 0}, r"log_every: expected >= 1, got 0"),
     ({"steps_per_call": 0}, r"steps_per_call: expected >= 1, got 0"),
     ({"grad_accum": 3}, r"grad_accum: must divide data\.batch_size=32, got 3"),
