@@ -11,7 +11,8 @@ import math
 from typing import Any, Literal
 
 from ccq_jax import configlib
-from train.data.config import DataConfig
+from ccq_jax.tokenizers import BYTE_TOKENIZER, ByteTokenizer
+from train.data.config import SYNTHETIC_SOURCES, DataConfig
 from train.optim import OptimConfig
 from train.sharding import MeshConfig
 
@@ -61,12 +62,31 @@ class TrainConfig:
 
         configlib.check_choice("model", self.model, PRESETS)
         try:  # fails early, naming a bad field as the `model.` key it was set with
-            get_config(self.model, **self.model_overrides)
+            model = get_config(self.model, **self.model_overrides)
         except ValueError as err:
             raise ValueError(f"model.{err}") from None
+        data_vocab = known_vocab_size(self.data)
+        if "vocab_size" in self.model_overrides and data_vocab is not None and model.vocab_size < data_vocab:
+            raise ValueError(f"model.vocab_size: {model.vocab_size} cannot hold the ids of the data "
+                             f"({_vocab_owner(self.data)}: ids up to {data_vocab - 1}); expected model.vocab_size >= "
+                             f"{data_vocab}, or leave it unset to grow the preset's vocabulary to the data's")
 
     def to_dict(self) -> dict:
         return configlib.to_dict(self)
+
+
+def known_vocab_size(data: DataConfig) -> int | None:
+    """The vocabulary the data's ids need, where the config alone says it (a synthetic task, the byte tokenizer);
+    None for a tokenizer.json (read when training starts)."""
+    if data.source in SYNTHETIC_SOURCES:
+        return getattr(data, data.source).vocab_size
+    return ByteTokenizer.vocab_size if data.tokenizer == BYTE_TOKENIZER else None
+
+
+def _vocab_owner(data: DataConfig) -> str:
+    if data.source in SYNTHETIC_SOURCES:
+        return f"data.{data.source}.vocab_size"
+    return f"the byte tokenizer, whose BOS is {ByteTokenizer.bos_id}"
 
 
 def apply_overrides(cfg: TrainConfig, overrides: dict[str, Any]) -> TrainConfig:

@@ -31,7 +31,7 @@ from flax import nnx
 from ccq_jax.inference.cache import layer_caches
 from ccq_jax.inference.sampling import Sampling
 from ccq_jax.inference.split import graph_key, split_model
-from ccq_jax.models import lm_logits
+from ccq_jax.models import check_token_ids, lm_logits
 from ccq_jax import checks as check
 
 
@@ -99,18 +99,23 @@ def prefill(model, input_ids: jax.Array, cache: tuple, segment_ids: jax.Array | 
                     last_only=bool(last_only))
 
 
-def _check_tokens(tokens):
+def _vocab_size(served) -> int:
+    return served.state["embeddings"]["embedding"].shape[0]
+
+
+def _check_tokens(tokens, served):
     tokens = jnp.asarray(tokens)
     if tokens.ndim != 1 or not jnp.issubdtype(tokens.dtype, jnp.integer):
         raise ValueError(f"tokens: expected integer token ids [B], got {tokens.dtype} {tuple(tokens.shape)}")
+    check_token_ids("tokens", tokens, _vocab_size(served))
     return tokens
 
 
 def decode_step(model, tokens: jax.Array, cache: tuple, *, rows: int | None = None):
     """One token per row, `tokens [B]` -> (logits [B, vocab], cache): one compiled step of `rows` rows (default
     `decode_rows`; rows beyond B repeat the first and are dropped)."""
-    tokens = _check_tokens(tokens)
     served = split_model(model)
+    tokens = _check_tokens(tokens, served)
     return _decode(graph_key(served), served.state, tokens, cache, rows=_rows(rows, tokens.shape[0]))
 
 
@@ -175,10 +180,10 @@ def decode(model, tokens, cache: tuple, num_tokens: int, temperature: float = 0.
     Returns (new tokens [B, num_tokens], cache); the cache has seen `tokens` and all new tokens
     but the last (with `eos_id`, those up to where every row had stopped). Sampling and `rows` as in `generate`.
     """
-    tokens = _check_tokens(tokens)
+    served = split_model(model)
+    tokens = _check_tokens(tokens, served)
     check.integer("num_tokens", num_tokens, minimum=1)
     sampling, rng = _sampling(temperature, top_p, top_k, eos_id, rng)
-    served = split_model(model)
     return _decode_many(graph_key(served), served.state, tokens, cache, rng, num_tokens=int(num_tokens),
                         sampling=sampling, rows=_rows(rows, tokens.shape[0]))
 
@@ -187,7 +192,8 @@ def generate(model, prompt_ids, max_new_tokens: int, temperature: float = 0.0, t
              prompt_lengths=None, top_k: int = 0, eos_id: int | None = None, rows: int | None = None) -> jax.Array:
     """Prefill then decode `max_new_tokens` tokens per row. Returns the new tokens [B, max_new_tokens] (int32).
 
-    prompt_ids: [B, P] right-padded; prompt_lengths: [B] in [1, P] (default P for every row).
+    prompt_ids: [B, P] right-padded, ids in [0, vocab_size) (checked when concrete; under jit nothing checks them);
+    prompt_lengths: [B] in [1, P] (default P for every row).
     temperature 0 is greedy; otherwise sampling at `temperature` from the top-k tokens (top_k 0: all) and
     then the top-p nucleus, with `rng` (a jax.random key) required. eos_id: each row stops after emitting
     it (the rest of the row holds eos_id), and decoding ends once every row has stopped. rows: the rows each decode
@@ -202,6 +208,9 @@ def generate(model, prompt_ids, max_new_tokens: int, temperature: float = 0.0, t
     sampling, rng = _sampling(temperature, top_p, top_k, eos_id, rng)
     lengths = _lengths(prompt_lengths, b, p)
     served = split_model(model)
+    if not isinstance(prompt_ids, jax.core.Tracer) and not isinstance(lengths, jax.core.Tracer):
+        prompt = np.arange(p)[None, :] < np.asarray(lengths)[:, None]  # the padding after each prompt is not read
+        check_token_ids("prompt_ids", np.asarray(prompt_ids)[prompt], _vocab_size(served))
     return _generate(graph_key(served), served.state, prompt_ids, lengths, rng, max_new_tokens=int(max_new_tokens),
                      sampling=sampling, rows=_rows(rows, b))
 

@@ -9,7 +9,7 @@
 """
 
 from ccq_jax.layers.ccq import CCQConfig
-from ccq_jax.models.causal_lm import Block, CausalLM, lm_logits
+from ccq_jax.models.causal_lm import Block, CausalLM, check_token_ids, lm_logits
 from ccq_jax.models.config import (
     FAMILIES, GatedDeltaNetConfig, GLAConfig, LinearAttentionConfig, ModelConfig, TransformerConfig, config_from_dict,
 )
@@ -17,5 +17,5 @@ from ccq_jax.models.params import abstract_model, count_params, with_config, wit
 from ccq_jax.models.presets import PRESETS, get_config
 
 __all__ = ["Block", "CCQConfig", "CausalLM", "FAMILIES", "GLAConfig", "GatedDeltaNetConfig", "LinearAttentionConfig",
-           "ModelConfig", "PRESETS", "TransformerConfig", "abstract_model", "config_from_dict", "count_params",
-           "get_config", "lm_logits", "with_config", "with_dtype"]
+           "ModelConfig", "PRESETS", "TransformerConfig", "abstract_model", "check_token_ids", "config_from_dict",
+           "count_params", "get_config", "lm_logits", "with_config", "with_dtype"]

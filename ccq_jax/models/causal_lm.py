@@ -15,6 +15,7 @@ from flax import nnx
 from ccq_jax.layers import Attention, GatedDeltaNet, GatedLinearAttention, GatedMLP, RMSNorm
 from ccq_jax.layers.params import linear, normal, sharded
 from ccq_jax.ops.lm_head import head_logits
+from ccq_jax.ops.validate import in_range
 from ccq_jax.models.config import GatedDeltaNetConfig, GLAConfig, ModelConfig, TransformerConfig
 
 
@@ -87,6 +88,12 @@ def _check_ids(name, x, shape=None):
     return x
 
 
+def check_token_ids(name, ids, vocab_size: int) -> None:
+    """ValueError naming `name`, the first id outside [0, vocab_size) and `vocab_size`; concrete ids only (traced
+    ones, under jit, carry no values and pass unchecked)."""
+    in_range(name, ids, 0, vocab_size - 1, f"token ids of a vocabulary of vocab_size={vocab_size}")
+
+
 class CausalLM(nnx.Module):
     def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
         if not isinstance(config, ModelConfig):
@@ -117,6 +124,7 @@ class CausalLM(nnx.Module):
     def hidden_states(self, input_ids: jax.Array, segment_ids: jax.Array | None = None, cache: tuple | None = None):
         """The final-norm hidden states [B, T, D] that the LM head reads, and the new cache (None without one)."""
         input_ids = _check_ids("input_ids", input_ids)
+        check_token_ids("input_ids", input_ids, self.config.vocab_size)
         if segment_ids is not None:
             segment_ids = _check_ids("segment_ids", segment_ids, input_ids.shape)
         if cache is not None and len(cache) != len(self.layers):

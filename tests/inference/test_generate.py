@@ -80,6 +80,19 @@ def test_generate_checks_its_arguments(overrides, message):
         generate(model, **kw)
 
 
+def test_token_ids_outside_the_vocabulary_are_named():
+    """generate returned zeros for a row with id = vocab_size; the padding after a shorter prompt is never read."""
+    model = build("gla-tiny")
+    vocab = model.config.vocab_size
+    prompt = token_ids((2, 3)).at[1, 2].set(vocab)
+    with pytest.raises(ValueError, match=rf"prompt_ids: expected values in \[0, {vocab - 1}\] \(token ids of a "
+                                         rf"vocabulary of vocab_size={vocab}\); found {vocab}"):
+        generate(model, prompt, 2)
+    assert generate(model, prompt.at[1, 2].set(-1), 2, prompt_lengths=jnp.asarray([3, 2])).shape == (2, 2)
+    with pytest.raises(ValueError, match=r"tokens: expected values in \[0, .*found -1"):
+        decode(model, jnp.asarray([0, -1]), init_cache(model, 2, 4), 2)
+
+
 def test_decode_checks_its_arguments():
     model = build("gla-tiny")
     cache = init_cache(model, 2, 4)

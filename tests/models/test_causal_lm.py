@@ -92,6 +92,18 @@ def test_input_checks():
         CausalLM({"hidden_size": 64}, rngs=nnx.Rngs(0))
 
 
+def test_token_ids_outside_the_vocabulary_are_named_eagerly_and_pass_under_jit():
+    """An id = vocab_size was reported as a NaN gate, -1 wrapped silently; under jit nothing can see the values."""
+    model = build("gla-tiny")
+    vocab = model.config.vocab_size
+    for bad in (vocab, -1):
+        ids = token_ids((2, 3)).at[1, 2].set(bad)
+        with pytest.raises(ValueError, match=rf"input_ids: expected values in \[0, {vocab - 1}\] \(token ids of a "
+                                             rf"vocabulary of vocab_size={vocab}\); found {bad}"):
+            model(ids)
+    assert nnx.jit(lambda m, x: m(x))(model, token_ids((2, 3)).at[1, 2].set(vocab)).shape == (2, 3, vocab)
+
+
 @pytest.mark.parametrize("name", ["ccq-gla", "ccq-gdn"])
 def test_remat_policies_recompute_more_or_less_without_changing_loss_or_gradients(name):
     name, overrides = CASES[name]

@@ -224,9 +224,19 @@ def test_config_names_and_vocabulary_errors():
                                          r"\['demo', 'mqar-tiny', 'pretrain-1.3b', 'smoke'\] "
                                          r"\(did you mean 'demo'\?\), got 'dmeo'"):
         load_config("dmeo")
-    cfg = load_config("smoke", {"model.vocab_size": 32})[0]  # its MQAR task uses 64 ids
-    with pytest.raises(ValueError, match=r"model\.vocab_size: 32 is smaller than the data's vocabulary 64"):
-        model_config(cfg, 64)
+    with pytest.raises(ValueError, match=r"model\.vocab_size: 32 cannot hold the ids of the data "
+                                         r"\(data\.mqar\.vocab_size: ids up to 63\); expected model\.vocab_size "
+                                         r">= 64, or leave it unset"):
+        load_config("smoke", {"model.vocab_size": 32})  # its MQAR task uses 64 ids
+    text = {"data.source": "text", "data.paths": ["corpus.txt"], "data.seq_len": 32}
+    with pytest.raises(ValueError, match=r"model\.vocab_size: 256 cannot hold the ids of the data \(the byte "
+                                         r"tokenizer, whose BOS is 256: ids up to 383\); expected model\.vocab_size "
+                                         r">= 384"):
+        load_config("smoke", {**text, "model.vocab_size": 256})
+    assert model_config(load_config("smoke", text)[0], 384).vocab_size == 384  # unset: the preset's grows
+    cfg = load_config("smoke", {"model.vocab_size": 64})[0]  # a tokenizer.json's size is known when training starts
+    with pytest.raises(ValueError, match=r"model\.vocab_size: 64 is smaller than the data's vocabulary 100"):
+        model_config(cfg, 100)
 
 
 def test_cli_rejects_unknown_config_with_a_suggestion():
