@@ -12,6 +12,7 @@ Synthetic tasks make their batches on the device; host batches of a call are sta
 while the call before runs.
 """
 
+import contextlib
 import dataclasses
 import pathlib
 import signal
@@ -132,8 +133,8 @@ class _Reporter:
     A call's metrics are read once the next call is queued, so the device never waits for the host.
     """
 
-    def __init__(self, cfg: TrainConfig, writer: MetricsWriter, bar, ckpt: Checkpointer, n_params: int, start: int):
-        self.cfg, self.writer, self.bar, self.ckpt = cfg, writer, bar, ckpt
+    def __init__(self, cfg: TrainConfig, writer: MetricsWriter, bar, n_params: int, start: int):
+        self.cfg, self.writer, self.bar = cfg, writer, bar
         self.lr = learning_rate(cfg.optim, cfg.steps)
         self.flops_per_token = 6 * n_params
         self.peak = _peak_flops(cfg) * jax.device_count()
@@ -169,7 +170,6 @@ class _Reporter:
             if not m["finite"][i]:
                 message = f"step {step}: loss or gradient norm is not finite (loss={float(m['loss'][i])})"
                 if self.cfg.on_nan == "stop":
-                    self.ckpt.close()
                     raise NonFiniteLoss(message + "; stopping (set on_nan=skip to skip such steps)")
                 tqdm.write(message + "; step skipped")
             if done % self.cfg.log_every == 0 or done == self.cfg.steps:
@@ -214,68 +214,73 @@ def check_writable(workdir: pathlib.Path) -> None:
 def _train(cfg: TrainConfig, workdir: pathlib.Path, progress: bool, preempted: _Preempted) -> dict:
     begin = time.perf_counter()
     check_writable(workdir)
-    ckpt = Checkpointer(workdir / "checkpoints", max_to_keep=cfg.keep_checkpoints, async_save=cfg.async_checkpoint)
-    if ckpt.latest_step() is not None:
-        saved = read_train_config(checkpoint_step_dir(ckpt.directory, ckpt.latest_step()))
-        conflicts = resume_conflicts(saved, cfg.to_dict())
-        if conflicts:
-            ckpt.close()
-            raise ValueError(f"workdir: {workdir} holds a checkpoint of a run with other settings "
-                             f"({'; '.join(conflicts)}); resume it with its own config, or train in another workdir")
-    mesh = make_mesh(cfg.mesh)
-    pipeline = build_pipeline(cfg.data)
-    mcfg = model_config(cfg, pipeline.vocab_size)
-    optimizer = make_optimizer(cfg.optim, cfg.steps)
-    graphdef, others, state = init_state(mcfg, optimizer, mesh, cfg.seed)
-    step_fn = make_train_step(graphdef, others, optimizer, grad_accum=cfg.grad_accum,
-                              skip_nonfinite=cfg.on_nan == "skip", loss_chunk_len=cfg.loss_chunk_len)
-    eval_step = compile_eval_step(make_eval_step(graphdef, others, cfg.loss_chunk_len), state, mesh)
-    synthetic = pipeline.synthetic
-    run_call = compile_train_calls(step_fn, state, mesh, cfg.steps_per_call,
-                                   synthetic.batch if synthetic is not None else None)
-    n_params = count_params(mcfg)
+    with contextlib.ExitStack() as cleanup:  # closed on every way out: a normal end, SIGTERM, an error, on_nan=stop
+        ckpt = Checkpointer(workdir / "checkpoints", max_to_keep=cfg.keep_checkpoints,
+                            async_save=cfg.async_checkpoint)
+        cleanup.callback(ckpt.close)  # closed last: waits for the last save
+        if ckpt.latest_step() is not None:
+            saved = read_train_config(checkpoint_step_dir(ckpt.directory, ckpt.latest_step()))
+            conflicts = resume_conflicts(saved, cfg.to_dict())
+            if conflicts:
+                raise ValueError(f"workdir: {workdir} holds a checkpoint of a run with other settings "
+                                 f"({'; '.join(conflicts)}); resume it with its own config, or train in another "
+                                 f"workdir")
+        mesh = make_mesh(cfg.mesh)
+        pipeline = build_pipeline(cfg.data)
+        mcfg = model_config(cfg, pipeline.vocab_size)
+        optimizer = make_optimizer(cfg.optim, cfg.steps)
+        graphdef, others, state = init_state(mcfg, optimizer, mesh, cfg.seed)
+        step_fn = make_train_step(graphdef, others, optimizer, grad_accum=cfg.grad_accum,
+                                  skip_nonfinite=cfg.on_nan == "skip", loss_chunk_len=cfg.loss_chunk_len)
+        eval_step = compile_eval_step(make_eval_step(graphdef, others, cfg.loss_chunk_len), state, mesh)
+        synthetic = pipeline.synthetic
+        run_call = compile_train_calls(step_fn, state, mesh, cfg.steps_per_call,
+                                       synthetic.batch if synthetic is not None else None)
+        n_params = count_params(mcfg)
 
-    it = iter(pipeline.dataset) if synthetic is None else None
-    if ckpt.latest_step() is not None:
-        abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, state)
-        state = ckpt.restore(ckpt.latest_step(), abstract, it)
-    start = int(state.step)
-    main_process = jax.process_index() == 0
-    if main_process:
-        print(f"{cfg.name}: {cfg.model}, {n_params:,} parameters, step {start} of {cfg.steps}, "
-              f"mesh {dict(mesh.shape)} (set up in {time.perf_counter() - begin:.0f} s)", flush=True)
+        it = iter(pipeline.dataset) if synthetic is None else None
+        if it is not None:
+            cleanup.callback(it.close)
+        if ckpt.latest_step() is not None:
+            abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, state)
+            state = ckpt.restore(ckpt.latest_step(), abstract, it)
+        start = int(state.step)
+        main_process = jax.process_index() == 0
+        if main_process:
+            print(f"{cfg.name}: {cfg.model}, {n_params:,} parameters, step {start} of {cfg.steps}, "
+                  f"mesh {dict(mesh.shape)} (set up in {time.perf_counter() - begin:.0f} s)", flush=True)
 
-    writer = MetricsWriter(workdir, enabled=main_process)
-    bar = progress_bar(total=cfg.steps, initial=start, desc=cfg.name, disable=not progress or not main_process)
-    report = _Reporter(cfg, writer, bar, ckpt, n_params, start)
-    step = start
-    while step < cfg.steps:
-        n = _call_length(cfg, step)
-        n_device = jax.device_put(np.int32(n), replicated(mesh))
-        if synthetic is not None:
-            state, metrics = run_call(state, n_device)
-        else:
-            state, metrics = run_call(state, n_device, _host_batches(it, n, cfg.steps_per_call, mesh))
-        report.queue(step, n, metrics)
-        step += n
-        if preempted.flag:
-            report.flush()
-            ckpt.save(step, state, it, cfg.to_dict(), force=True)
-            tqdm.write(f"SIGTERM: saved step {step} to {ckpt.directory}; stopping")
-            break
-        if step == cfg.steps or (cfg.checkpoint_every and step % cfg.checkpoint_every == 0):
-            report.flush()  # never save a state that on_nan="stop" would have refused
-            ckpt.save(step, state, it, cfg.to_dict(), force=step == cfg.steps)
-    report.flush()
-    bar.close()
-    stepped = time.perf_counter()
-    ckpt.close()
+        writer = MetricsWriter(workdir, enabled=main_process, start_step=start)
+        cleanup.callback(writer.close)  # an open tensorboardX writer aborts the process at exit (SIGABRT)
+        bar = progress_bar(total=cfg.steps, initial=start, desc=cfg.name, disable=not progress or not main_process)
+        cleanup.callback(bar.close)
+        report = _Reporter(cfg, writer, bar, n_params, start)
+        step = start
+        while step < cfg.steps:
+            n = _call_length(cfg, step)
+            n_device = jax.device_put(np.int32(n), replicated(mesh))
+            if synthetic is not None:
+                state, metrics = run_call(state, n_device)
+            else:
+                state, metrics = run_call(state, n_device, _host_batches(it, n, cfg.steps_per_call, mesh))
+            report.queue(step, n, metrics)
+            step += n
+            if preempted.flag:
+                report.flush()
+                ckpt.save(step, state, it, cfg.to_dict(), force=True)
+                writer.flush()
+                tqdm.write(f"SIGTERM: saved step {step} to {ckpt.directory}; stopping")
+                break
+            if step == cfg.steps or (cfg.checkpoint_every and step % cfg.checkpoint_every == 0):
+                report.flush()  # never save a state that on_nan="stop" would have refused
+                ckpt.save(step, state, it, cfg.to_dict(), force=step == cfg.steps)
+                writer.flush()
+        report.flush()
+        stepped = time.perf_counter()
+        cleanup.close()  # the bar, the metrics writer, the iterator, then the checkpointer's last save
     if main_process:
         print(f"{cfg.name}: at step {int(state.step)} after {stepped - begin:.0f} s; checkpoints written "
               f"{time.perf_counter() - stepped:.0f} s later", flush=True)
-    if it is not None:
-        it.close()
-    writer.close()
     summary = {"name": cfg.name, "model": cfg.model, "seed": cfg.seed, "params": n_params, "steps": int(state.step),
                "preempted": preempted.flag, **report.final}
     if int(state.step) == cfg.steps:

@@ -1,17 +1,49 @@
 """Training metrics: one writer for JSONL and TensorBoard, the tokens/s between reads of the device's metrics,
-and the loss-curve PNG drawn at the end."""
+and the loss-curve PNG drawn at the end.
+
+A resumed run redoes the steps after its checkpoint: the writer, told the step it starts from,
+drops the rows of later steps from `metrics.jsonl` (rewritten atomically, with any line a killed
+run left half-written) and has TensorBoard discard its events from that step on (`purge_step`),
+so every step has one row and the loss curve runs forwards.
+"""
 
 import json
+import os
 import pathlib
+import tempfile
 import time
 
 import numpy as np
 
 
-class MetricsWriter:
-    """Appends `{"step": s, **scalars}` lines to `<workdir>/metrics.jsonl` and the same scalars to TensorBoard."""
+def keep_rows_through(path: pathlib.Path, step: int) -> None:
+    """Rewrite the metrics file `path` (if any) with only its rows of steps <= `step`, atomically (a temporary file
+    renamed over it); a line that does not parse (cut off by a kill) is dropped too."""
+    if not path.exists():
+        return
+    lines = path.read_text().splitlines()
+    kept = []
+    for line in lines:
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(row, dict) and row.get("step", step + 1) <= step:
+            kept.append(line)
+    if kept == lines:
+        return
+    with tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=path.name, suffix=".tmp", delete=False) as f:
+        f.write("".join(line + "\n" for line in kept))
+    os.replace(f.name, path)
 
-    def __init__(self, workdir, enabled: bool = True):
+
+class MetricsWriter:
+    """Appends `{"step": s, **scalars}` lines to `<workdir>/metrics.jsonl` and the same scalars to TensorBoard.
+
+    start_step: the step the run starts (or resumes) from; rows and events of later steps are dropped.
+    """
+
+    def __init__(self, workdir, enabled: bool = True, *, start_step: int = 0):
         self.path = pathlib.Path(workdir) / "metrics.jsonl"
         self.enabled = enabled
         self._tb = None
@@ -19,7 +51,8 @@ class MetricsWriter:
             from tensorboardX import SummaryWriter
 
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._tb = SummaryWriter(str(self.path.parent / "tensorboard"))
+            keep_rows_through(self.path, start_step)
+            self._tb = SummaryWriter(str(self.path.parent / "tensorboard"), purge_step=start_step + 1)
 
     def write(self, step: int, scalars: dict):
         if not self.enabled:
@@ -31,9 +64,15 @@ class MetricsWriter:
             if key != "step":
                 self._tb.add_scalar(key, value, row["step"])
 
+    def flush(self):
+        """Write TensorBoard's pending events (at every checkpoint: a killed run keeps what it checkpointed)."""
+        if self._tb is not None:
+            self._tb.flush()
+
     def close(self):
         if self._tb is not None:
             self._tb.close()
+            self._tb = None
 
 
 class ReadRates:
