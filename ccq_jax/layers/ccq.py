@@ -1,13 +1,20 @@
 """CCQ on a linear-attention layer: `CCQConfig` and the gate that produces lambda per token and head.
 
 Gate modes (`CCQConfig.mode`):
-    "learned"  lam_t = sigmoid(q_t . weight_h + bias_h)  per head (`weight [H, K]`, `bias [H]`)
-    "fixed"    lam_t = fixed_lambda                      (the paper's fixed-lambda ablation)
+    "learned"  lam_t = lambda_max * sigmoid(q_t . weight_h + bias_h)  per head (`weight [H, K]`, `bias [H]`)
+    "fixed"    lam_t = fixed_lambda                                   (the paper's fixed-lambda ablation)
     "off"      no CCQ read at all: the layer runs its plain backbone and keeps no statistics
 The parameters exist in every mode, so a trained model switches modes without changing its
 parameters (`ccq_jax.models.with_config(model, **{"ccq.mode": "off"})`, the paper's
 "CCQ off at inference" ablation). `weight` starts at zero and `bias` at `gate_bias_init`
-(default logit(0.1), so a fresh learned gate starts where the fixed ablation sits).
+(default logit(0.1), so a fresh learned gate starts where the fixed ablation sits at lambda_max = 1).
+
+Read policies (`CCQConfig.read`, `ccq_jax.ops.ReadPolicy`): "first_order" (the paper's q - lam Sigma q),
+"neumann" (`terms` powers of -lam Sigma), "cg" (`iterations` conjugate-gradient steps on (I + lam Sigma) x = q).
+`lambda_max` above 1 widens the gate's range, for "cg" only: there I + lam Sigma stays positive definite,
+while the first-order read and the Neumann series stop contracting once lam eig_max(Sigma) > 1. The
+kernels compute the first-order read; the other policies run on the XLA forms (`attn_impl` chunk,
+`decode_impl` recurrent).
 """
 
 import dataclasses
@@ -22,22 +29,39 @@ from ccq_jax import configlib
 from ccq_jax import checks as check
 from ccq_jax.layers.params import param
 from ccq_jax.layers.remat import maybe_recomputed
+from ccq_jax.ops import ReadPolicy
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class CCQConfig:
-    """mode: learned | fixed | off; centered / normalize_keys: the covariance conventions of `ops.ccq_query`."""
+    """mode: learned | fixed | off; centered / normalize_keys: the covariance conventions of `ops.ccq_query`;
+    read, terms, iterations: the read policy; lambda_max: the learned gate's range [0, lambda_max]."""
 
     mode: Literal["learned", "fixed", "off"] = "learned"
     fixed_lambda: float = 0.1
     centered: bool = True
     normalize_keys: bool = True
     gate_bias_init: float = math.log(0.1 / 0.9)
+    read: Literal["first_order", "neumann", "cg"] = "first_order"
+    terms: int = 1
+    iterations: int = 1
+    lambda_max: float = 1.0
 
     def __post_init__(self):
         configlib.check_field_types(self, "ccq.")
-        check.real("ccq.fixed_lambda", self.fixed_lambda, lo=0.0, hi=1.0)
+        check.real("ccq.lambda_max", self.lambda_max, lo=0.0, lo_open=True)
+        if self.lambda_max > 1 and self.read != "cg":
+            raise ValueError(f"ccq.lambda_max: above 1 only with ccq.read='cg' (the {self.read!r} read stops "
+                             f"contracting once lambda * eig_max(Sigma) > 1), got {self.lambda_max}")
+        check.real("ccq.fixed_lambda", self.fixed_lambda, lo=0.0, hi=self.lambda_max)
         check.real("ccq.gate_bias_init", self.gate_bias_init)
+        check.integer("ccq.terms", self.terms, minimum=1)
+        check.integer("ccq.iterations", self.iterations, minimum=1)
+
+    @property
+    def policy(self) -> ReadPolicy:
+        """The read policy the ops take (`ccq_jax.ops.ReadPolicy`)."""
+        return ReadPolicy(self.read, terms=self.terms, iterations=self.iterations)
 
     @property
     def active(self) -> bool:
@@ -45,7 +69,7 @@ class CCQConfig:
 
 
 class CCQGate(nnx.Module):
-    """lambda [B, T, H] (fp32) from the queries [B, T, H, K] the backbone reads with."""
+    """lambda [B, T, H] (fp32, in [0, lambda_max]) from the queries [B, T, H, K] the backbone reads with."""
 
     def __init__(self, num_heads: int, head_dim: int, cfg: CCQConfig, *, param_dtype=jnp.float32,
                  recompute: bool = True):
@@ -60,7 +84,8 @@ class CCQGate(nnx.Module):
             return jnp.full(q.shape[:3], self.cfg.fixed_lambda, jnp.float32)
         if self.cfg.mode != "learned":
             raise ValueError(f"ccq.mode: the gate is not used in mode {self.cfg.mode!r}")
-        return maybe_recomputed(_learned_gate, self.recompute)(q, self.weight[...], self.bias[...])
+        lam = maybe_recomputed(_learned_gate, self.recompute)(q, self.weight[...], self.bias[...])
+        return lam if self.cfg.lambda_max == 1 else self.cfg.lambda_max * lam
 
 
 @jax.checkpoint

@@ -6,8 +6,9 @@ conv tails (they belong to the document at position 0, the ops' convention) and 
 updated cache. A call with one token uses `decode_impl` (default: the recurrent form), longer
 calls use `attn_impl` (default: the chunked form).
 
-Inside `nnx.capture(model, nnx.Intermediate)` every layer also records the keys its read
-uses, `[B, T, H, K]` under the name `keys` (the Delta-mu diagnostic of `eval`); plain calls
+Inside `nnx.capture(model, nnx.Intermediate)` every layer also records what its read uses:
+the keys and queries `[B, T, H, K]` under the names `keys` and `queries`, and with CCQ on the gate
+`[B, T, H]` under `ccq_lambda` (the Delta-mu and read-engagement diagnostics of `eval`); plain calls
 record nothing.
 """
 
@@ -83,8 +84,10 @@ class RecurrentMixer(nnx.Module):
 
         Returns (o [B, T, H, V], final state or None, final statistics or None).
         """
-        if hasattr(self, "__captures__"):  # only inside nnx.capture: a plain sow would store the keys on the module
+        capturing = hasattr(self, "__captures__")  # only inside nnx.capture: a plain sow would store on the module
+        if capturing:
             self.sow(nnx.Intermediate, "keys", k)
+            self.sow(nnx.Intermediate, "queries", q)
         t = q.shape[1]
         impl = self.decode_impl if t == 1 else self.attn_impl
         kw = dict(segment_ids=segment_ids, impl=impl, output_final_state=cache is not None,
@@ -97,8 +100,11 @@ class RecurrentMixer(nnx.Module):
             o, state = reads[0](q, k, *args, **kw)
             return o, state, None
         cfg = self.ccq_config
+        lam = self.ccq(q)
+        if capturing:
+            self.sow(nnx.Intermediate, "ccq_lambda", lam)
         o, (state, stats) = reads[1](
-            q, k, *args, self.ccq(q), centered=cfg.centered, normalize_keys=cfg.normalize_keys,
+            q, k, *args, lam, read=cfg.policy, centered=cfg.centered, normalize_keys=cfg.normalize_keys,
             initial_stats=None if cache is None else cache.stats, output_final_stats=cache is not None, **kw)
         return o, state, stats
 

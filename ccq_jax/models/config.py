@@ -139,6 +139,11 @@ class LinearAttentionConfig(ModelConfig):
         super().__post_init__()
         configlib.check_choice("attn_impl", self.attn_impl, IMPLS)
         configlib.check_choice("decode_impl", self.decode_impl, IMPLS)
+        if self.ccq is not None and self.ccq.read != "first_order":
+            for name in ("attn_impl", "decode_impl"):
+                if getattr(self, name) not in REFERENCES:
+                    raise ValueError(f"{name}: ccq.read={self.ccq.read!r} runs on the XLA forms {list(REFERENCES)}; "
+                                     f"the kernels compute the first-order read only, got {getattr(self, name)!r}")
         check.integer("chunk_size", self.chunk_size, minimum=1, optional=True)
         check.integer("conv_size", self.conv_size, minimum=1)
 

@@ -15,6 +15,9 @@ implementations agree and are differentiable. `segment_ids [B, T]` marks packed 
 and statistics restart wherever the id changes, and `initial_state` / `initial_stats` apply to the
 document at position 0 only. `context_axis` splits one sequence across the devices of a mesh axis
 (`ccq_jax.ops.context_parallel`; under a mesh with a `context` axis the ops split it themselves).
+`read` (`ReadPolicy`, names in `READS`) picks how the CCQ ops turn q into q_clean with Sigma_t: the paper's
+first-order read (the default), a Neumann series or conjugate gradient on (I + lam Sigma) x = q; the XLA
+forms run every policy, the kernels the first-order read. `covariance_apply` is the product Sigma_t x_t itself.
 `doc_ids` turns segment ids into the monotone document index the forms use; `l2_normalize` is fla's
 key normalisation (the gated delta rule's `use_qk_l2norm`); `ccq_keys` the fp32 (normalised) keys the
 CCQ statistics are built from. Each op's package under `ccq_jax.ops.src` holds its API, reference forms
@@ -25,11 +28,12 @@ from ccq_jax.ops.numerics import ccq_keys, doc_ids, l2_normalize
 from ccq_jax.ops.registry import IMPLS, KERNELS, REFERENCES
 from ccq_jax.ops.src.ccq_gated_delta_rule.api import ccq_gated_delta_rule
 from ccq_jax.ops.src.ccq_gla.api import ccq_gla
-from ccq_jax.ops.src.ccq_query.api import ccq_query
+from ccq_jax.ops.src.ccq_query.api import ccq_query, covariance_apply
 from ccq_jax.ops.src.gated_delta_rule.api import gated_delta_rule
 from ccq_jax.ops.src.gla.api import gla
-from ccq_jax.ops.types import CCQStats
+from ccq_jax.ops.types import READS, CCQStats, ReadPolicy
 from pallas_kernels.tiles import KernelConfig
 
-__all__ = ["CCQStats", "IMPLS", "KERNELS", "KernelConfig", "REFERENCES", "ccq_gated_delta_rule", "ccq_gla",
-           "ccq_keys", "ccq_query", "doc_ids", "gated_delta_rule", "gla", "l2_normalize"]
+__all__ = ["CCQStats", "IMPLS", "KERNELS", "KernelConfig", "READS", "REFERENCES", "ReadPolicy",
+           "ccq_gated_delta_rule", "ccq_gla", "ccq_keys", "ccq_query", "covariance_apply", "doc_ids",
+           "gated_delta_rule", "gla", "l2_normalize"]

@@ -21,7 +21,7 @@ from ccq_jax.ops.pallas_layout import pad_state, width
 from ccq_jax.ops.src.ccq_query import reference as read_reference
 from ccq_jax.ops.src.gated_delta_rule import reference as delta_reference
 from ccq_jax.ops.src.gla import reference as gla_reference
-from ccq_jax.ops.types import CCQStats
+from ccq_jax.ops.types import CCQStats, ReadPolicy
 from pallas_kernels.recurrent_step import GateLayout, ccq_read_step, state_step
 
 f32 = jnp.float32
@@ -80,7 +80,8 @@ def _kernels(q, k, v, g, beta, lam, h0, stats, *, scale, centered, normalize_key
 
 
 def _reference(q, k, v, g, beta, lam, h0, stats, *, scale, centered, normalize_keys):
-    """The same outputs from the token-by-token recurrences (`_kernels`' twin, for the gradient)."""
+    """The same outputs from the token-by-token recurrences (`_kernels`' twin, for the gradient; the kernels'
+    read is the first-order one)."""
     docs = jnp.zeros(q.shape[:2], jnp.int32)
     gates = (g,) if beta is None else (g, beta)
     backbone = gla_reference.recurrent if beta is None else delta_reference.recurrent
@@ -88,10 +89,10 @@ def _reference(q, k, v, g, beta, lam, h0, stats, *, scale, centered, normalize_k
         return backbone(q, k, v, *gates, scale=scale, initial_state=h0, docs=docs)
     if v is None:
         return read_reference.recurrent(q, k, lam, centered=centered, normalize_keys=normalize_keys,
-                                        initial_stats=stats, docs=docs)
+                                        initial_stats=stats, docs=docs, read=ReadPolicy())
     return read_reference.feeding(read_reference.recurrent, backbone)(
         q, k, v, *gates, lam, scale=scale, initial_state=h0, initial_stats=stats, centered=centered,
-        normalize_keys=normalize_keys, docs=docs)
+        normalize_keys=normalize_keys, docs=docs, read=ReadPolicy())
 
 
 def _step(q, k, v=None, g=None, beta=None, lam=None, h0=None, stats=None, *, run, scale=None, centered=True,

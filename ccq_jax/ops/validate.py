@@ -1,6 +1,6 @@
 """Input checks for the public ops: each failure is a ValueError naming the argument and what was expected.
 
-Shape and dtype checks always run. Range checks (g <= 0, beta in [0, 2], lam in [0, 1],
+Shape and dtype checks always run. Range checks (g <= 0, beta in [0, 2], lam in [0, 1] or >= 0,
 count >= 0) need values, so they run when the array is concrete (eager calls) and are
 skipped under `jax.jit` tracing, where no value exists yet.
 """
@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ccq_jax.ops.numerics import doc_ids
-from ccq_jax.ops.types import CCQStats
+from ccq_jax.ops.types import READS, CCQStats, ReadPolicy
 
 
 def as_array(name, x):
@@ -141,6 +141,25 @@ def delta_inputs(q, k, v, g, beta):
     return q, k, v, g, beta, dims
 
 
-def ccq_gate(lam, b, t, h):
-    """The CCQ gate lambda [B, T, H] in [0, 1]."""
+def read_policy(read):
+    """The CCQ read policy: None (the paper's first-order read), a name of `READS`, or a `ReadPolicy`; returned as
+    a `ReadPolicy` whose unused counts are 1 (one compiled program per distinct read)."""
+    if read is None:
+        return ReadPolicy()
+    policy = ReadPolicy(read) if isinstance(read, str) else read
+    if not isinstance(policy, ReadPolicy) or policy.kind not in READS:
+        raise ValueError(f"read: expected one of {list(READS)} or a ccq_jax.ops.ReadPolicy, got {read!r}")
+    for name in ("terms", "iterations"):
+        value = getattr(policy, name)
+        if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"read.{name}: expected a positive integer, got {value!r}")
+    return ReadPolicy(policy.kind, int(policy.terms) if policy.kind == "neumann" else 1,
+                      int(policy.iterations) if policy.kind == "cg" else 1)
+
+
+def ccq_gate(lam, b, t, h, read=ReadPolicy()):
+    """The CCQ gate lambda [B, T, H]: in [0, 1] for the first-order and Neumann reads (a contraction, a convergent
+    series), >= 0 for conjugate gradient (I + lam Sigma is positive definite for any lam >= 0)."""
+    if read.kind == "cg":
+        return per_token("lam", lam, (b, t, h), "BTH", lo=0, meaning="CCQ gate lambda, >= 0 for read 'cg'")
     return per_token("lam", lam, (b, t, h), "BTH", lo=0, hi=1, meaning="CCQ gate lambda")

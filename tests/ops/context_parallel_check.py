@@ -2,7 +2,7 @@
 unsplit op run as the float64 recurrence: outputs, the last shard's final states and statistics, and the gradients
 of every input (initial state and statistics included), for each D given and each impl given.
 
-    python -m tests.ops.context_parallel_check recurrent,chunk 2,3,4,8 [--on-mesh] [--ops=gla,ccq_gla]
+    python -m tests.ops.context_parallel_check recurrent,chunk 2,3,4,8 [--on-mesh] [--ops=gla,ccq_gla] [--read=cg:2]
 
 Run by tests/ops/test_context_parallel.py in a process of its own with 8 fake CPU devices; each D uses the first D.
 Two rows of packed documents (T = 24): in row 0 a document covers tokens 5-20, so it crosses every shard boundary
@@ -11,9 +11,12 @@ start at tokens 12 and 16, shard boundaries for D = 2, 4, 8 and D = 3, 8. Refere
 tokens, so a shard holds several), kernels in fp32 inside a shard_map with `check_vma=False` (JAX's Pallas
 interpreter binds dynamic slices without varying-axis casts). With --on-mesh each op is also called plainly under
 `jax.set_mesh` of a (data 2, context 4) mesh, where it splits the sequence itself. Prints one row per case, then
-"worst <relative RMS>".
+"worst <relative RMS>". --read=KIND:COUNT gives the CCQ ops that read policy (`ccq_jax.ops.ReadPolicy`; lam then
+in [0, 4] for cg).
 """
 
+import functools
+import inspect
 import sys
 
 import jax
@@ -56,7 +59,7 @@ def inputs(dtype):
 def outputs_of(op, states, impl, **call):
     """`op` as a function of (positional inputs, state inputs, segment ids) -> (o, final states)."""
     flags = {"output_final_state": "initial_state" in states, "output_final_stats": "initial_stats" in states}
-    flags = {k: v for k, v in flags.items() if k in op.__signature__.parameters}
+    flags = {k: v for k, v in flags.items() if k in inspect.signature(op).parameters}
     chunk = {"chunk_size": 4} if impl == "chunk" else {}
     return lambda positional, state_inputs, segment_ids: op(*positional, **state_inputs, **flags,
                                                             segment_ids=segment_ids, impl=impl, **chunk, **call)
@@ -112,16 +115,25 @@ def _value_and_grad(loss, names, states, x):
     return outputs, grads
 
 
-def main(impls, devices, on_mesh, names_of_ops):
+def read_policy(text):
+    """`ReadPolicy` of "KIND:COUNT" (COUNT: the Neumann terms or CG iterations)."""
+    kind, count = text.split(":")
+    return ops.ReadPolicy(kind, terms=int(count), iterations=int(count))
+
+
+def main(impls, devices, on_mesh, names_of_ops, read=None):
     worst = 0.0
     for name in names_of_ops:
         op, names, states = OPS[name]
+        if read is not None:
+            op = functools.partial(op, read=read)
+        scale_lam = lambda x: {**x, "lam": x["lam"] * 4} if read is not None and read.kind == "cg" else x
         with jax.enable_x64(True):
-            x64 = inputs(jnp.float64)
+            x64 = scale_lam(inputs(jnp.float64))
             want = jax.tree.map(np.asarray, unsplit_run(op, names, states, "recurrent", x64))
         for impl in impls:
             with jax.enable_x64(impl in REFERENCES):
-                x = inputs(jnp.float64 if impl in REFERENCES else jnp.float32)
+                x = scale_lam(inputs(jnp.float64 if impl in REFERENCES else jnp.float32))
                 runs = [(f"D={d}", split_run(op, names, states, impl, d, x)) for d in devices]
                 if on_mesh:
                     runs.append(("on a (data 2, context 4) mesh", on_mesh_run(op, names, states, impl, x)))
@@ -135,5 +147,6 @@ def main(impls, devices, on_mesh, names_of_ops):
 
 if __name__ == "__main__":
     chosen = [a.split("=", 1)[1].split(",") for a in sys.argv[3:] if a.startswith("--ops=")]
+    reads = [read_policy(a.split("=", 1)[1]) for a in sys.argv[3:] if a.startswith("--read=")]
     main(sys.argv[1].split(","), [int(d) for d in sys.argv[2].split(",")], "--on-mesh" in sys.argv[3:],
-         chosen[0] if chosen else list(OPS))
+         chosen[0] if chosen else list(OPS), reads[0] if reads else None)

@@ -74,3 +74,28 @@ def ccq_query(q, k, lam, centered=True, normalize_keys=True, initial_stats=None,
                 q_clean[b, t, h] = q[b, t, h] - lam[b, t, h] * sigma @ q[b, t, h]
             cov_f[b, h], sum_f[b, h], cnt_f[b, h] = C, m, n
     return q_clean, (cov_f, sum_f, cnt_f), sigmas
+
+
+def read_policy(q, lam, sigmas, kind, count=1):
+    """q_clean of a CCQ read policy from the per-token Sigma_t of `ccq_query` (float64 loops): "neumann" sums
+    (-lam Sigma)^i q for i = 0..count; "cg" runs `count` textbook conjugate-gradient steps on (I + lam Sigma) x = q
+    from x = q (a zero residual ends the iteration)."""
+    q, lam = np.asarray(q, np.float64), np.asarray(lam, np.float64)
+    out = np.zeros_like(q)
+    for idx in np.ndindex(*q.shape[:3]):
+        a = np.eye(q.shape[-1]) + lam[idx] * sigmas[idx]
+        if kind == "neumann":
+            out[idx] = sum(np.linalg.matrix_power(np.eye(q.shape[-1]) - a, i) @ q[idx] for i in range(count + 1))
+            continue
+        x = q[idx].copy()
+        r = q[idx] - a @ x
+        p = r.copy()
+        for _ in range(count):
+            if not r @ r > 0:
+                break
+            alpha = (r @ r) / (p @ a @ p)
+            x, r_next = x + alpha * p, r - alpha * (a @ p)
+            p = r_next + (r_next @ r_next) / (r @ r) * p
+            r = r_next
+        out[idx] = x
+    return out

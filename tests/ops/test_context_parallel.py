@@ -32,13 +32,20 @@ def split_check(impls, devices, *options):
     assert out.returncode == 0, (out.stdout + out.stderr)[-3000:]
     rows = out.stdout.strip().splitlines()
     runs = len(devices) + ("--on-mesh" in options)
-    assert len(rows) == 5 * len(impls) * runs + 1, out.stdout
+    chosen = [o.split("=", 1)[1].split(",") for o in options if o.startswith("--ops=")]
+    assert len(rows) == (len(chosen[0]) if chosen else 5) * len(impls) * runs + 1, out.stdout
     return float(rows[-1].split()[-1])
 
 
 def test_the_chunk_form_split_over_2_3_4_8_devices_and_on_a_mesh_equals_the_float64_recurrence():
     # float64: the split is exact up to the summation order (measured ~1e-15)
     assert split_check(["chunk"], [2, 3, 4, 8], "--on-mesh") < 1e-12
+
+
+def test_the_read_policies_split_over_3_devices_equal_the_float64_recurrence():
+    # the statistics a shard receives are the same for every policy; each policy reads them per token
+    for read in ("cg:3", "neumann:2"):
+        assert split_check(["chunk"], [3], "--ops=ccq_query,ccq_gla", f"--read={read}") < 1e-12
 
 
 def test_the_recurrence_split_over_3_devices_equals_itself_unsplit():

@@ -24,10 +24,11 @@ IMPLEMENTATIONS = {
 
 
 @context_parallel.splits_sequence(functools.partial(fused_context_maps, context_maps))
-def ccq_gated_delta_rule(q, k, v, g, beta, lam, *, scale=None, initial_state=None, initial_stats=None,
+def ccq_gated_delta_rule(q, k, v, g, beta, lam, *, read=None, scale=None, initial_state=None, initial_stats=None,
                          output_final_state=False, output_final_stats=False, centered=True, normalize_keys=True,
                          segment_ids=None, impl="chunk", chunk_size=None, config=None, interpret=None):
-    """Gated delta rule read with the CCQ-cleaned query: gated_delta_rule(ccq_query(q, k, lam), k, v, g, beta).
+    """Gated delta rule read with the CCQ-cleaned query: gated_delta_rule(ccq_query(q, k, lam, read=read), k, v, g,
+    beta).
 
     Returns (o, (final_state or None, final_stats or None)).
 
@@ -35,8 +36,9 @@ def ccq_gated_delta_rule(q, k, v, g, beta, lam, *, scale=None, initial_state=Non
     unsplit op would give them, and its shard's final state and statistics (`ccq_jax.ops.context_parallel`).
     """
     q, k, v, g, beta, dims = validate.delta_inputs(q, k, v, g, beta)
-    lam = validate.ccq_gate(lam, *dims[:3])
-    return call_fused("ccq_gated_delta_rule", IMPLEMENTATIONS, (q, k, v, g, beta, lam), dims, scale=scale,
-                      initial_state=initial_state, initial_stats=initial_stats, output_final_state=output_final_state,
-                      output_final_stats=output_final_stats, centered=centered, normalize_keys=normalize_keys,
+    read = validate.read_policy(read)
+    lam = validate.ccq_gate(lam, *dims[:3], read)
+    return call_fused("ccq_gated_delta_rule", IMPLEMENTATIONS, (q, k, v, g, beta, lam), dims, read=read,
+                      scale=scale, initial_state=initial_state, initial_stats=initial_stats,
+                      output_final_state=output_final_state, output_final_stats=output_final_stats, centered=centered, normalize_keys=normalize_keys,
                       segment_ids=segment_ids, impl=impl, chunk_size=chunk_size, config=config, interpret=interpret)

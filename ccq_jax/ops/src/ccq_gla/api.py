@@ -22,10 +22,10 @@ IMPLEMENTATIONS = {
 
 
 @context_parallel.splits_sequence(functools.partial(fused_context_maps, context_maps))
-def ccq_gla(q, k, v, g, lam, *, scale=None, initial_state=None, initial_stats=None, output_final_state=False,
+def ccq_gla(q, k, v, g, lam, *, read=None, scale=None, initial_state=None, initial_stats=None, output_final_state=False,
             output_final_stats=False, centered=True, normalize_keys=True, segment_ids=None, impl="chunk",
             chunk_size=None, config=None, interpret=None):
-    """GLA read with the CCQ-cleaned query (write rule unchanged): gla(ccq_query(q, k, lam), k, v, g).
+    """GLA read with the CCQ-cleaned query (write rule unchanged): gla(ccq_query(q, k, lam, read=read), k, v, g).
 
     Returns (o, (final_state or None, final_stats or None)).
 
@@ -33,8 +33,9 @@ def ccq_gla(q, k, v, g, lam, *, scale=None, initial_state=None, initial_stats=No
     unsplit op would give them, and its shard's final state and statistics (`ccq_jax.ops.context_parallel`).
     """
     q, k, v, g, dims = validate.gla_inputs(q, k, v, g)
-    lam = validate.ccq_gate(lam, *dims[:3])
-    return call_fused("ccq_gla", IMPLEMENTATIONS, (q, k, v, g, lam), dims, scale=scale, initial_state=initial_state,
+    read = validate.read_policy(read)
+    lam = validate.ccq_gate(lam, *dims[:3], read)
+    return call_fused("ccq_gla", IMPLEMENTATIONS, (q, k, v, g, lam), dims, read=read, scale=scale, initial_state=initial_state,
                       initial_stats=initial_stats, output_final_state=output_final_state,
                       output_final_stats=output_final_stats, centered=centered, normalize_keys=normalize_keys,
                       segment_ids=segment_ids, impl=impl, chunk_size=chunk_size, config=config, interpret=interpret)

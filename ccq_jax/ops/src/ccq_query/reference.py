@@ -2,8 +2,9 @@
 linear attention with values k^), the associative scan; and `feeding`, the read composed with a backbone.
 
 Each takes validated inputs (see `ccq_jax.ops.ccq_query`): q, k `[B, T, H, K]`, lam `[B, T, H]`, fp32
-initial statistics and `docs`, the monotone document index `[B, T]`, and returns (q_clean in q's dtype,
-the final statistics).
+initial statistics, `docs`, the monotone document index `[B, T]`, and `read`, the `ReadPolicy`; it builds the
+statistics once, hands `policies.clean` its way of applying Sigma_t to per-token vectors, and returns (q_clean
+in q's dtype, the final statistics).
 """
 
 import jax
@@ -13,11 +14,12 @@ from ccq_jax.ops.chunking import doc_masks, from_chunks, mm, to_chunks
 from ccq_jax.ops.numerics import HIGHEST, accum_dtype, ccq_correction, ccq_keys, resets, time_major, vary_like
 from ccq_jax.ops.numerics import zero_where
 from ccq_jax.ops.recurrences import diagonal_scan, fold_initial, state_pass
+from ccq_jax.ops.src.ccq_query.policies import clean
 from ccq_jax.ops.types import CCQStats
 
 
-def recurrent(q, k, lam, *, centered, normalize_keys, initial_stats, docs):
-    """q_clean_t = q_t - lam_t Sigma_t q_t with Sigma_t the running covariance of k^ (current token included)."""
+def recurrent(q, k, lam, *, centered, normalize_keys, initial_stats, docs, read):
+    """q_clean_t from Sigma_t, the running covariance of k^ (current token included), e.g. q_t - lam_t Sigma_t q_t."""
     f = accum_dtype(q, k, lam)
     kh = ccq_keys(k, normalize_keys).astype(f)
     xs = time_major(q.astype(f), kh, lam.astype(f), resets(docs))
@@ -26,17 +28,21 @@ def recurrent(q, k, lam, *, centered, normalize_keys, initial_stats, docs):
         q_t, k_t, lam_t, r_t = x
         cov, key_sum, count = (zero_where(r_t, s) for s in stats)
         stats = CCQStats(cov + k_t[..., :, None] * k_t[..., None, :], key_sum + k_t, count + 1)
-        cov_q = jnp.einsum("bhij,bhj->bhi", stats.cov, q_t, precision=HIGHEST)
-        sigma_q = ccq_correction(cov_q, stats.key_sum, stats.count, q_t, centered)
-        return stats, q_t - lam_t[..., None] * sigma_q
+
+        def apply(x):
+            cov_x = jnp.einsum("bhij,bhj->bhi", stats.cov, x, precision=HIGHEST)
+            return ccq_correction(cov_x, stats.key_sum, stats.count, x, centered)
+
+        return stats, clean(q_t, lam_t, apply, read)
 
     init = CCQStats(*(s.astype(f) for s in initial_stats))
     final, q_clean = jax.lax.scan(step, vary_like(init, xs), xs)
     return jnp.moveaxis(q_clean, 0, 1).astype(q.dtype), final
 
 
-def chunk(q, k, lam, *, centered, normalize_keys, initial_stats, docs, chunk_size=64):
-    """Chunked CCQ read: the statistics are an undecayed linear attention with values k^."""
+def chunk(q, k, lam, *, centered, normalize_keys, initial_stats, docs, read, chunk_size=64):
+    """Chunked CCQ read: the statistics are an undecayed linear attention with values k^; each product Sigma_t x_t
+    is one such attention on the statistics entering the chunks (formed once)."""
     length = q.shape[1]
     dtype = jnp.result_type(q, k)
     f = accum_dtype(q, k, lam)
@@ -45,7 +51,6 @@ def chunk(q, k, lam, *, centered, normalize_keys, initial_stats, docs, chunk_siz
     kh = to_chunks(ccq_keys(k, normalize_keys), chunk_size)  # [B, H, N, C, K] fp32
     causal = m.causal.astype(f)
 
-    cov_q = mm("...ij,...jk->...ik", mm("...ik,...jk->...ij", qc, kh, dtype) * causal, kh, dtype)
     key_sum = mm("...ij,...jk->...ik", causal, kh, f)
     count = jnp.sum(causal, axis=-1)
 
@@ -59,15 +64,19 @@ def chunk(q, k, lam, *, centered, normalize_keys, initial_stats, docs, chunk_siz
     entering, final = state_pass(m.keep_state.astype(f), delta, init)
 
     reads = m.reads_state.astype(f)
-    cov_q = cov_q + reads[..., None] * mm("...kl,...cl->...ck", entering.cov, qc, dtype)
     key_sum = key_sum + reads[..., None] * entering.key_sum[..., None, :]
     count = count + reads * entering.count[..., None]
-    qf = qc.astype(f)
-    q_clean = qf - to_chunks(lam, chunk_size).astype(f)[..., None] * ccq_correction(cov_q, key_sum, count, qf, centered)
+
+    def apply(x):
+        cov_x = mm("...ij,...jk->...ik", mm("...ik,...jk->...ij", x, kh, dtype) * causal, kh, dtype)
+        cov_x = cov_x + reads[..., None] * mm("...kl,...cl->...ck", entering.cov, x, dtype)
+        return ccq_correction(cov_x, key_sum, count, x, centered)
+
+    q_clean = clean(qc.astype(f), to_chunks(lam, chunk_size).astype(f), apply, read)
     return from_chunks(q_clean, length).astype(q.dtype), final
 
 
-def scan(q, k, lam, *, centered, normalize_keys, initial_stats, docs):
+def scan(q, k, lam, *, centered, normalize_keys, initial_stats, docs, read):
     """The CCQ read as a `lax.associative_scan` of the statistics (a check, not a path)."""
     f = accum_dtype(q, k, lam)
     qf = q.astype(f)
@@ -77,19 +86,24 @@ def scan(q, k, lam, *, centered, normalize_keys, initial_stats, docs):
     b = CCQStats(kh[..., :, None] * kh[..., None, :], kh, jnp.ones_like(a))
     b = CCQStats(*(fold_initial(x, a[:, 0], i) for x, i in zip(b, init)))
     stats = CCQStats(*diagonal_scan(a, b))
-    cov_q = jnp.einsum("bthij,bthj->bthi", stats.cov, qf, precision=HIGHEST)
-    q_clean = qf - lam.astype(f)[..., None] * ccq_correction(cov_q, stats.key_sum, stats.count, qf, centered)
+
+    def apply(x):
+        cov_x = jnp.einsum("bthij,bthj->bthi", stats.cov, x, precision=HIGHEST)
+        return ccq_correction(cov_x, stats.key_sum, stats.count, x, centered)
+
+    q_clean = clean(qf, lam.astype(f), apply, read)
     return q_clean.astype(q.dtype), CCQStats(*(s[:, -1] for s in stats))
 
 
-def feeding(read, backbone):
-    """The fused CCQ op's signature, composed: `backbone(read(q, k, lam), k, *rest)`. read and backbone: one form
+def feeding(form, backbone):
+    """The fused CCQ op's signature, composed: `backbone(form(q, k, lam), k, *rest)`. form and backbone: one form
     of the read and of the backbone (chunk_size, when given, goes to both)."""
 
-    def fused(q, k, *rest_and_lam, scale, initial_state, initial_stats, centered, normalize_keys, docs, **chunk):
+    def fused(q, k, *rest_and_lam, scale, initial_state, initial_stats, centered, normalize_keys, docs, read,
+              **chunk):
         *rest, lam = rest_and_lam
-        q_clean, final_stats = read(q, k, lam, centered=centered, normalize_keys=normalize_keys,
-                                    initial_stats=initial_stats, docs=docs, **chunk)
+        q_clean, final_stats = form(q, k, lam, centered=centered, normalize_keys=normalize_keys,
+                                    initial_stats=initial_stats, docs=docs, read=read, **chunk)
         o, final_state = backbone(q_clean, k, *rest, scale=scale, initial_state=initial_state, docs=docs, **chunk)
         return o, (final_state, final_stats)
 
