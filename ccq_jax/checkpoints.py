@@ -13,6 +13,11 @@ are read (an orbax partial restore, onto one device); the optimizer state stays 
 The vocabulary size comes from the stored embedding, because training grows a preset's
 vocabulary to the data's. `overrides` change config fields that keep the parameters (e.g.
 `attn_impl`, `chunk_size`, `dtype`; `param_dtype` casts on restore).
+
+A step is checked against the manifest of checksums saved with it before it is read
+(`ccq_jax.checkpoint_manifest`): a damaged file raises `DamagedCheckpoint` naming the step, the
+file and the previous kept step; `on_damaged_checkpoint="previous"` takes the latest whole
+earlier step instead. A step saved before manifests existed is loaded unchecked.
 """
 
 import dataclasses
@@ -25,7 +30,9 @@ import jax
 import orbax.checkpoint as ocp
 from flax import nnx
 
+from ccq_jax.checkpoint_manifest import ON_DAMAGED, verified_step
 from ccq_jax.cli import user_path
+from ccq_jax.configlib import check_choice
 from ccq_jax.models import CausalLM, abstract_model, get_config, with_config
 from ccq_jax.tokenizers import BYTE_TOKENIZER, HFTokenizer, Tokenizer, load_tokenizer
 
@@ -103,10 +110,18 @@ def _tokenizer_from_data(data: dict, tokenizer: str | None) -> Tokenizer:
                           eos_token=data.get("eos_token"))
 
 
-def load_checkpoint_model(path, *, step: int | None = None, overrides: dict | None = None):
+def load_checkpoint_model(path, *, step: int | None = None, overrides: dict | None = None,
+                          on_damaged_checkpoint: str = "stop"):
     """(model, step folder, stored TrainConfig dict) of a ccq-train checkpoint: the parameters alone, no tokenizer
-    (a run on synthetic data, MQAR say, has none that fits its vocabulary)."""
+    (a run on synthetic data, MQAR say, has none that fits its vocabulary).
+
+    on_damaged_checkpoint: "stop" (a step whose files differ from its manifest raises DamagedCheckpoint) or
+    "previous" (then the latest earlier kept step that is whole is loaded).
+    """
+    check_choice("on_damaged_checkpoint", on_damaged_checkpoint, ON_DAMAGED)
     step_dir = checkpoint_step_dir(path, step)
+    step_dir = step_dir.parent / str(verified_step(step_dir.parent, int(step_dir.name),
+                                                   previous=on_damaged_checkpoint == "previous"))
     train_cfg = read_train_config(step_dir)
     overrides = {**train_cfg.get("model_overrides", {}), **(overrides or {})}
     with _quiet_orbax():
@@ -130,12 +145,14 @@ def load_checkpoint_model(path, *, step: int | None = None, overrides: dict | No
 
 
 def load_checkpoint(path, *, step: int | None = None, tokenizer: str | None = None,
-                    overrides: dict | None = None) -> ModelBundle:
+                    overrides: dict | None = None, on_damaged_checkpoint: str = "stop") -> ModelBundle:
     """The model of a ccq-train checkpoint (parameters only) and the tokenizer its data config names.
 
     tokenizer: "byte" or a tokenizer.json path instead of the stored one (e.g. after moving files).
+    on_damaged_checkpoint: "stop" or "previous", as in `load_checkpoint_model`.
     """
-    model, step_dir, train_cfg = load_checkpoint_model(path, step=step, overrides=overrides)
+    model, step_dir, train_cfg = load_checkpoint_model(path, step=step, overrides=overrides,
+                                                       on_damaged_checkpoint=on_damaged_checkpoint)
     data = train_cfg.get("data", {})
     tok = _tokenizer_from_data(data, tokenizer)
     _check_vocab(model, tok, f" (the run trained on {data.get('source')!r} data)")

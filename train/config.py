@@ -35,6 +35,8 @@ class TrainConfig:
     keep_checkpoints: int = 3
     async_checkpoint: bool = True
     on_nan: Literal["stop", "skip"] = "stop"
+    # a resumed checkpoint whose files differ from their manifest: stop naming it, or resume the latest whole step
+    on_damaged_checkpoint: Literal["stop", "previous"] = "stop"
     peak_tflops: float = 0.0  # per device, for MFU; 0 = the device's known peak or no MFU
     loss_chunk_len: int = 0  # positions per slice of the LM head + loss (train.loss); 0 = all at once
 

@@ -218,8 +218,9 @@ def _train(cfg: TrainConfig, workdir: pathlib.Path, progress: bool, preempted: _
         ckpt = Checkpointer(workdir / "checkpoints", max_to_keep=cfg.keep_checkpoints,
                             async_save=cfg.async_checkpoint)
         cleanup.callback(ckpt.close)  # closed last: waits for the last save
-        if ckpt.latest_step() is not None:
-            saved = read_train_config(checkpoint_step_dir(ckpt.directory, ckpt.latest_step()))
+        resume = ckpt.usable_step(cfg.on_damaged_checkpoint)
+        if resume is not None:
+            saved = read_train_config(checkpoint_step_dir(ckpt.directory, resume))
             conflicts = resume_conflicts(saved, cfg.to_dict())
             if conflicts:
                 raise ValueError(f"workdir: {workdir} holds a checkpoint of a run with other settings "
@@ -241,9 +242,9 @@ def _train(cfg: TrainConfig, workdir: pathlib.Path, progress: bool, preempted: _
         it = iter(pipeline.dataset) if synthetic is None else None
         if it is not None:
             cleanup.callback(it.close)
-        if ckpt.latest_step() is not None:
+        if resume is not None:
             abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, state)
-            state = ckpt.restore(ckpt.latest_step(), abstract, it)
+            state = ckpt.restore(resume, abstract, it)
         start = int(state.step)
         main_process = jax.process_index() == 0
         if main_process:
