@@ -10,7 +10,10 @@ so the training pipeline can shard, shuffle and resume by index.
   so the document order is deterministic.
 - text: `split="file"` -> one document per file; `"blank_line"` -> one per paragraph (a run
   of non-blank lines, without the line break after its last line). Paragraphs are indexed
-  by byte offsets, read lazily.
+  by byte offsets, read lazily; `num_bytes` is the text's size (0: empty files only).
+- text and jsonl are UTF-8: bytes that are not raise a ValueError naming the file and the byte
+  offset, unless `encoding_errors` (Python's `errors=` of `bytes.decode`: "strict", "replace",
+  "ignore") says to replace or drop them.
 - jsonl: byte offsets of the non-blank lines, read lazily; the document is `record[field]`.
 - parquet: the string column `field`, held in memory as an Arrow array (for training corpora
   that do not fit, run `ccq-prepare-data` once and train from ArrayRecord shards).
@@ -35,6 +38,7 @@ import numpy as np
 from ccq_jax.configlib import suggestion
 
 SUFFIXES = {"text": ".txt", "jsonl": ".jsonl", "parquet": ".parquet"}
+ENCODING_ERRORS = ("strict", "replace", "ignore")
 
 
 @dataclass(frozen=True)
@@ -103,36 +107,54 @@ class _SpanSource:
     def __len__(self) -> int:
         return len(self._index)
 
+    @property
+    def num_bytes(self) -> int:
+        """The bytes of all documents together."""
+        return int((self._index[:, 2] - self._index[:, 1]).sum())
+
     def _bytes(self, i: int) -> tuple[Path, int, bytes]:
         file, start, end = (int(x) for x in self._index[i])
         return self._files[file], start, _read_span(self._files[file], start, end)
+
+    def _text(self, i: int, errors: str, names: ArgNames) -> tuple[Path, int, str]:
+        """(file, byte offset, the document's bytes decoded as UTF-8 with `errors`)."""
+        path, start, data = self._bytes(i)
+        try:
+            return path, start, data.decode("utf-8", errors)
+        except UnicodeDecodeError as e:
+            raise ValueError(
+                f"{names.paths}: {str(path)!r} is not UTF-8 text (byte {start + e.start}: {e.reason}); fix the file or "
+                "read it with encoding_errors='replace' or 'ignore'"
+            ) from e
 
 
 class TextFiles(_SpanSource):
     """UTF-8 text: one document per file, or per paragraph (`split="blank_line"`)."""
 
-    def __init__(self, files: list[Path], split: str):
+    def __init__(self, files: list[Path], split: str, names: ArgNames, encoding_errors: str = "strict"):
         if split == "file":
             super().__init__(files, lambda path: [(0, path.stat().st_size)])
         else:
             super().__init__(files, lambda path: _line_spans(path, paragraphs=True))
+        self._names, self._errors = names, encoding_errors
 
     def __getitem__(self, i: int) -> str:
-        return self._bytes(i)[2].decode("utf-8")
+        return self._text(i, self._errors, self._names)[2]
 
 
 class JsonlFiles(_SpanSource):
     """One JSON object per non-blank line; the document is its `field` (a string)."""
 
-    def __init__(self, files: list[Path], field: str, names: ArgNames):
+    def __init__(self, files: list[Path], field: str, names: ArgNames, encoding_errors: str = "strict"):
         super().__init__(files, lambda path: _line_spans(path, paragraphs=False))
         self._field = field
         self._names = names
+        self._errors = encoding_errors
         if len(self):
             self[0]  # fail early on a wrong field name
 
     def __getitem__(self, i: int) -> str:
-        path, start, line = self._bytes(i)
+        path, start, line = self._text(i, self._errors, self._names)
         try:
             record = json.loads(line)
         except json.JSONDecodeError as e:
@@ -182,12 +204,14 @@ class ParquetFiles:
         return self._column[i].as_py()
 
 
-def file_source(kind: str, files: list[Path], *, field: str, text_split: str, names: ArgNames):
-    """The source over `files` of `kind` ("text", "jsonl" or "parquet"; a key of `SUFFIXES`)."""
+def file_source(kind: str, files: list[Path], *, field: str, text_split: str, names: ArgNames,
+                encoding_errors: str = "strict"):
+    """The source over `files` of `kind` ("text", "jsonl" or "parquet"; a key of `SUFFIXES`); `encoding_errors`:
+    one of `ENCODING_ERRORS`, for the UTF-8 of text and jsonl files."""
     if kind == "text":
-        return TextFiles(files, text_split)
+        return TextFiles(files, text_split, names, encoding_errors)
     if kind == "jsonl":
-        return JsonlFiles(files, field, names)
+        return JsonlFiles(files, field, names, encoding_errors)
     return ParquetFiles(files, field, names)
 
 

@@ -5,8 +5,11 @@ by its suffix, and a .txt file is ONE document (training can also split text int
 A folder is searched recursively for the three suffixes; a file or a glob's matches are taken
 as named and must have one of them. jsonl/parquet/HF documents are the string field `column`.
 
-A glob, or an existing path that is not a `Dataset.save_to_disk` folder, is local; anything
-else (such a folder, or a name) is loaded as a Hugging Face dataset with
+A glob, or an existing path that is not a `Dataset.save_to_disk` folder, is local. A string
+that looks like a path but names nothing (it starts with `.`, `~` or `/`, has more than one `/`,
+or ends in .txt/.jsonl/.parquet/.json/.csv) is an error naming it, never a dataset name sent to
+the hub; a hub id `name` or `owner/name` has at most one `/`. Anything else (a saved folder, or
+a name) is loaded as a Hugging Face dataset with
 `datasets.load_from_disk` / `datasets.load_dataset`. Air-gapped: pre-populate the HF cache and
 set `HF_DATASETS_OFFLINE=1 HF_HUB_OFFLINE=1`, or point at local files.
 """
@@ -25,6 +28,14 @@ from ccq_jax.documents import (
 )
 
 ARG_NAMES = ArgNames(paths="source", field="column", dataset="source", split="split")
+FILE_SUFFIXES = (*SUFFIXES.values(), ".json", ".csv")
+
+
+def looks_like_path(source: str) -> bool:
+    """Whether `source` can only be a local path: it starts with `.`, `~` or a separator, has more separators than
+    a hub id's one (owner/name), or ends in a data file's suffix."""
+    return (source.startswith((".", "~", "/", "\\")) or source.count("/") + source.count("\\") > 1
+            or source.endswith(FILE_SUFFIXES))
 
 
 def _is_local(source: str) -> bool:
@@ -44,6 +55,9 @@ def local_files(source: str) -> list[Path]:
     matches no file, or names a file of another kind.
     """
     if not _is_local(source):
+        if looks_like_path(source) and not Path(source).exists():
+            raise ValueError(f"source: {source!r} does not exist (it looks like a local path, so it is not looked up "
+                             "as a Hugging Face dataset)")
         return []
     files = expand_paths([source], tuple(SUFFIXES.values()), ARG_NAMES)
     for path in files:
@@ -56,18 +70,21 @@ def local_files(source: str) -> list[Path]:
 
 
 def load_texts(
-    source: str, *, column: str = "text", split: str = "test", config: str | None = None, limit: int | None = None
+    source: str, *, column: str = "text", split: str = "test", config: str | None = None, limit: int | None = None,
+    encoding_errors: str = "strict",
 ) -> list[str]:
     """Documents (strings) from local files or a HF dataset; a .txt file is one document.
 
     column: the string field of .jsonl records / the parquet or HF column. split/config: HF only.
-    limit: keep the first `limit` documents (later files are not read).
+    limit: keep the first `limit` documents (later files are not read). encoding_errors: for bytes that are not
+    UTF-8 in .txt/.jsonl files ("strict": a ValueError naming the file, "replace", "ignore").
     """
     if limit is not None and limit < 0:
         raise ValueError(f"limit: expected a count >= 0 or None, got {limit}")
     files = local_files(source)
     if files:
-        sources = (file_source(_kind(p), [p], field=column, text_split="file", names=ARG_NAMES) for p in files)
+        sources = (file_source(_kind(p), [p], field=column, text_split="file", names=ARG_NAMES,
+                               encoding_errors=encoding_errors) for p in files)
     else:
         dataset = load_hf_dataset(source, config=config, split=split, names=ARG_NAMES)
         sources = iter([HFDataset(dataset, column, ARG_NAMES)])

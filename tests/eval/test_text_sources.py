@@ -87,3 +87,28 @@ def test_saved_hf_dataset_folder(tmp_path):
     assert load_texts(str(tmp_path / "saved"), column="content", split="validation", limit=2) == ["d0", "d1"]
     with pytest.raises(ValueError, match=r"split: .*saved' has no split 'validatoin' .*did you mean 'validation'"):
         load_texts(str(tmp_path / "saved"), column="content", split="validatoin")
+
+
+def test_a_path_like_source_that_does_not_exist_never_goes_to_the_hub(tmp_path, monkeypatch):
+    hub = []
+
+    def load_hf_dataset(name, **kw):
+        hub.append(name)
+        raise ValueError("not on the hub")
+
+    monkeypatch.setattr(text_sources, "load_hf_dataset", load_hf_dataset)
+    monkeypatch.chdir(tmp_path)
+    for source in ("wiki.test.jsonl", "./wiki", "~/data/wiki", "data/wiki/test", "/nowhere/wiki", "data/notes.csv"):
+        with pytest.raises(ValueError, match=rf"source: '{source}' does not exist \(it looks like a local path"):
+            load_texts(source)
+    assert hub == []
+    with pytest.raises(ValueError, match="not on the hub"):  # a hub id (name or owner/name) still goes there
+        load_texts("owner/name")
+    assert hub == ["owner/name"]
+
+
+def test_a_file_that_is_not_utf8_is_named(tmp_path):
+    (tmp_path / "latin1.txt").write_bytes("na\xefve".encode("latin-1"))
+    with pytest.raises(ValueError, match=r"source: '.*latin1\.txt' is not UTF-8 text \(byte 2"):
+        load_texts(str(tmp_path / "latin1.txt"))
+    assert load_texts(str(tmp_path / "latin1.txt"), encoding_errors="replace") == ["na\ufffdve"]

@@ -7,7 +7,9 @@ closest valid name. Every invalid value raises a `ValueError` that names the fie
 
 Source kinds:
 - "text": UTF-8 text files (`paths`: files, directories or globs); `text_split="file"` makes
-  one document per file, `"blank_line"` one document per paragraph (runs of non-blank lines).
+  one document per file, `"blank_line"` one document per paragraph (runs of non-blank
+  lines). `encoding_errors` ("strict", "replace", "ignore") says what bytes that
+  are not UTF-8 do in text and jsonl files: fail naming the file, or be replaced or dropped.
 - "jsonl": one JSON object per line, the document in `text_field`.
 - "parquet": the string column `text_field`.
 - "hf": a Hugging Face `datasets` dataset: `hf_dataset` is a local directory (from
@@ -26,6 +28,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ccq_jax.configlib import check_choice, check_field_types, from_dict, to_dict
+from ccq_jax.documents import ENCODING_ERRORS
 from ccq_jax.tokenizers import BYTE_TOKENIZER
 
 SOURCES = ("text", "jsonl", "parquet", "hf", "array_record", "mqar", "needle")
@@ -51,6 +54,13 @@ class MQARConfig:
     tokens are 0, or uniform random ids when `random_non_queries`. Needs
     seq_len >= 4 * num_kv_pairs. `num_examples` is the size of the pool of examples that
     the rows of every batch are drawn from (uniformly, with replacement; see synthetic.py).
+
+    `hub_keys` = m >= 1 makes the hub-key variant (the CCQ study's task where the key covariance
+    is anisotropic per example): of the pairs, `num_needles` have distinct keys and are the only
+    ones queried; the other num_kv_pairs - num_needles distractor pairs are keyed by m hub tokens
+    drawn fresh per example (distractor j takes hub j mod m, so m = num_kv_pairs - num_needles
+    gives every pair its own key: the isotropic control with the same number of writes), and the
+    pairs are laid out in a random order. Needs seq_len >= 2 * num_kv_pairs + 2 * num_needles.
     """
 
     vocab_size: int = 8192
@@ -58,6 +68,8 @@ class MQARConfig:
     power_a: float = 0.01
     random_non_queries: bool = True
     num_examples: int = 100_000
+    hub_keys: int = 0
+    num_needles: int = 8
 
     def __post_init__(self):
         check_field_types(self, "mqar.")
@@ -69,8 +81,25 @@ class MQARConfig:
         )
         _require(0 < self.power_a <= 1, f"mqar.power_a: must be in (0, 1], got {self.power_a}")
         _require(self.num_examples >= 1, f"mqar.num_examples: must be >= 1, got {self.num_examples}")
+        _require(self.hub_keys >= 0, f"mqar.hub_keys: must be >= 0 (0: Zoology's MQAR), got {self.hub_keys}")
+        if self.hub_keys:
+            _require(1 <= self.num_needles < self.num_kv_pairs,
+                     f"mqar.num_needles: must be in [1, num_kv_pairs={self.num_kv_pairs}), got {self.num_needles}")
+            _require(self.hub_keys <= self.distractors,
+                     f"mqar.hub_keys: at most the {self.distractors} distractor pairs (num_kv_pairs - num_needles), "
+                     f"got {self.hub_keys}")
+
+    @property
+    def distractors(self) -> int:
+        """The hub-key variant's distractor pairs."""
+        return self.num_kv_pairs - self.num_needles
 
     def check_seq_len(self, seq_len: int) -> None:
+        if self.hub_keys:
+            _require(seq_len >= 2 * (self.num_kv_pairs + self.num_needles),
+                     f"seq_len: hub-key MQAR with mqar.num_kv_pairs={self.num_kv_pairs}, num_needles="
+                     f"{self.num_needles} needs seq_len >= {2 * (self.num_kv_pairs + self.num_needles)}, got {seq_len}")
+            return
         _require(
             seq_len >= 4 * self.num_kv_pairs,
             f"seq_len: MQAR with mqar.num_kv_pairs={self.num_kv_pairs} needs seq_len >= "
@@ -135,6 +164,7 @@ class DataConfig:
     paths: tuple[str, ...] = ()
     text_field: str = "text"
     text_split: str = "file"
+    encoding_errors: str = "strict"
     hf_dataset: str = ""
     hf_config: str | None = None
     hf_split: str = "train"
@@ -155,6 +185,7 @@ class DataConfig:
         check_field_types(self)
         check_choice("source", self.source, SOURCES)
         check_choice("text_split", self.text_split, TEXT_SPLITS)
+        check_choice("encoding_errors", self.encoding_errors, ENCODING_ERRORS)
         if self.source in FILE_SOURCES:
             _require(bool(self.paths), f"paths: source {self.source!r} needs at least one file, directory or glob")
         if self.source == "hf":

@@ -5,7 +5,9 @@
 
 Train from the result with `source="array_record", paths=("prepared/",)` and the same
 tokenizer. Documents keep the source's order (shuffling happens at training time); a
-progress bar runs while tokenising and a summary (documents, tokens, shards) is printed.
+progress bar runs while tokenising and a summary (documents, tokens, shards) is printed. An
+empty corpus, a file that is not UTF-8 (see `--encoding-errors`) or another user error ends with
+one `ccq-prepare-data: error: ...` line and exit status 2 (`--debug`: the traceback).
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ import sys
 from pathlib import Path
 
 import grain
+from ccq_jax.cli import add_debug_flag, run_or_exit
+from ccq_jax.documents import ENCODING_ERRORS
 from ccq_jax.progress import progress as progress_bar
 
 from train.data.config import BYTE_TOKENIZER, DataConfig
@@ -32,6 +36,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--paths", nargs="+", default=[], help="files, directories or globs (text, jsonl, parquet)")
     p.add_argument("--text-field", default="text", help="jsonl field / parquet or HF column holding the text")
     p.add_argument("--text-split", default="file", help="text source: 'file' (one document per file) or 'blank_line'")
+    p.add_argument("--encoding-errors", default="strict", choices=ENCODING_ERRORS,
+                   help="bytes that are not UTF-8 in text/jsonl files: fail naming the file, or replace or drop them")
     p.add_argument("--hf-dataset", default="", help="HF dataset: a save_to_disk directory or a cached hub name")
     p.add_argument("--hf-config", default=None)
     p.add_argument("--hf-split", default="train")
@@ -42,6 +48,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--docs-per-shard", type=int, default=65536)
     p.add_argument("--threads", type=int, default=4, help="reader threads, each tokenising batches of documents")
     p.add_argument("--overwrite", action="store_true", help="replace shards already in --output")
+    add_debug_flag(p)
     return p
 
 
@@ -56,28 +63,30 @@ def _clear_output(output: Path, overwrite: bool) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
-    try:
-        if args.docs_per_shard < 1:
-            raise ValueError(f"--docs-per-shard: must be >= 1, got {args.docs_per_shard}")
-        config = DataConfig(
-            source=args.source,
-            paths=tuple(args.paths),
-            text_field=args.text_field,
-            text_split=args.text_split,
-            hf_dataset=args.hf_dataset,
-            hf_config=args.hf_config,
-            hf_split=args.hf_split,
-            tokenizer=args.tokenizer,
-            bos_token=args.bos_token,
-            eos_token=args.eos_token,
-            read_threads=args.threads,
-        )
-        output = Path(args.output)
-        _clear_output(output, args.overwrite)
-        tokenizer = load_tokenizer(config.tokenizer, bos_token=config.bos_token, eos_token=config.eos_token)
-        documents = grain.MapDataset.source(text_source(config))
-    except ValueError as e:
-        parser.error(str(e))
+    return run_or_exit(parser, lambda: _prepare(args), args.debug)
+
+
+def _prepare(args: argparse.Namespace) -> int:
+    if args.docs_per_shard < 1:
+        raise ValueError(f"--docs-per-shard: must be >= 1, got {args.docs_per_shard}")
+    config = DataConfig(
+        source=args.source,
+        paths=tuple(args.paths),
+        text_field=args.text_field,
+        text_split=args.text_split,
+        encoding_errors=args.encoding_errors,
+        hf_dataset=args.hf_dataset,
+        hf_config=args.hf_config,
+        hf_split=args.hf_split,
+        tokenizer=args.tokenizer,
+        bos_token=args.bos_token,
+        eos_token=args.eos_token,
+        read_threads=args.threads,
+    )
+    output = Path(args.output)
+    _clear_output(output, args.overwrite)
+    tokenizer = load_tokenizer(config.tokenizer, bos_token=config.bos_token, eos_token=config.eos_token)
+    documents = grain.MapDataset.source(text_source(config))
     writer = ShardWriter(
         output, num_documents=len(documents), docs_per_shard=args.docs_per_shard, tokenizer_spec=tokenizer.spec
     )

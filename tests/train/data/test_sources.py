@@ -205,3 +205,34 @@ def test_prepare_reports_config_errors(tmp_path, capsys, argv, message):
         prepare([*argv, "--output", str(tmp_path)])
     assert exit_info.value.code == 2 and message in capsys.readouterr().err
     np.testing.assert_equal(list(tmp_path.iterdir()), [])
+
+
+def test_bytes_that_are_not_utf8_name_the_file_or_are_replaced(tmp_path, capsys):
+    (tmp_path / "latin1.txt").write_bytes("caf\xe9 au lait".encode("latin-1"))
+    (tmp_path / "latin1.jsonl").write_bytes(b'{"text": "caf\xe9"}\n')
+    for source in ("text", "jsonl"):
+        path = str(tmp_path / f"latin1.{'txt' if source == 'text' else 'jsonl'}")
+        with pytest.raises(ValueError, match=rf"paths: '{path}' is not UTF-8 text \(byte \d+: invalid continuation "
+                                             r"byte\); .*encoding_errors='replace'"):
+            _read_all(DataConfig(source=source, paths=(path,)))
+    assert _read_all(DataConfig(source="text", paths=(str(tmp_path / "latin1.txt"),),
+                                encoding_errors="replace")) == ["caf\ufffd au lait"]
+    assert _read_all(DataConfig(source="jsonl", paths=(str(tmp_path / "latin1.jsonl"),),
+                                encoding_errors="ignore")) == ["caf"]
+    with pytest.raises(ValueError, match=r"encoding_errors: unknown value 'skip'; expected one of \('strict', "):
+        DataConfig(source="text", paths=("x",), encoding_errors="skip")
+    with pytest.raises(SystemExit) as exit_info:
+        prepare(["--source", "text", "--paths", str(tmp_path / "latin1.txt"), "--output", str(tmp_path / "out")])
+    assert exit_info.value.code == 2 and "latin1.txt' is not UTF-8 text" in capsys.readouterr().err
+
+
+def test_an_empty_corpus_is_refused_by_name(tmp_path, capsys):
+    (tmp_path / "empty.txt").write_text("")
+    (tmp_path / "blank.jsonl").write_text("\n\n")
+    for source, name in (("text", "empty.txt"), ("jsonl", "blank.jsonl")):
+        with pytest.raises(ValueError, match=rf"paths: \['.*{name}'\] hold no document"):
+            text_source(DataConfig(source=source, paths=(str(tmp_path / name),)))
+    with pytest.raises(SystemExit) as exit_info:  # it wrote 0 shards and exited 0
+        prepare(["--source", "text", "--paths", str(tmp_path / "empty.txt"), "--output", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and "ccq-prepare-data: error: paths:" in err and "hold no document" in err
