@@ -62,13 +62,13 @@ def member_learning_rates(rates) -> optax.GradientTransformation:
         lambda updates, lr, params=None: (jax.tree.map(lambda u: (lr * u).astype(u.dtype), updates), lr))
 
 
-def stack_members(state, rates):
-    """The state repeated once per rate on a new leading axis (the step counter stays shared), each member's
-    optimizer scale set to its rate."""
-    n = len(rates)
-    params, opt_state = jax.tree.map(lambda x: jnp.stack([x] * n), (state.params, state.opt_state))
+def stack_members(states, rates):
+    """One state per member (e.g. the same state once per rate, or one initialisation per seed) stacked on a new
+    leading axis (the step counter stays shared, the first state's), each member's optimizer scale set to its
+    rate."""
+    params, opt_state = jax.tree.map(lambda *x: jnp.stack(x), *[(s.params, s.opt_state) for s in states])
     opt_state = (*opt_state[:-1], jnp.asarray(rates, jnp.float32))
-    return state._replace(params=params, opt_state=opt_state)
+    return states[0]._replace(params=params, opt_state=opt_state)
 
 
 def model_overrides(family: str, width: int, impl: str) -> dict:
@@ -106,7 +106,7 @@ def member_train_calls(cfg: TrainConfig, rates, steps_per_call: int = 50):
     mcfg = model_config(cfg, data.vocab_size)
     optimizer = optax.chain(make_optimizer(cfg.optim, cfg.steps), member_learning_rates(rates))
     graphdef, others, state = init_state(mcfg, optimizer, mesh, cfg.seed)
-    state = stack_members(state, rates)
+    state = stack_members([state] * len(rates), rates)
     step = make_train_step(graphdef, others, optimizer, grad_accum=1, skip_nonfinite=False)
     axes = type(state)(0, 0, None)
     run = compile_train_calls(jax.vmap(step, in_axes=(axes, None), out_axes=(axes, 0)), state, mesh,

@@ -38,8 +38,15 @@ def _rows(tokens: jax.Array, last_target: jax.Array, scored: jax.Array) -> dict[
             "scored_positions": scored}
 
 
-def mqar_example(config: MQARConfig, seq_len: int, key: jax.Array) -> dict[str, jax.Array]:
-    """Multi-query associative recall, following Zoology's `multiquery_ar` (see `MQARConfig`).
+def _query_gaps(config: MQARConfig, key, space: int, n: int) -> jax.Array:
+    """n distinct gaps in [0, space) from the power law p(g) ~ (g + 1)^(power_a - 1) (Gumbel top-k)."""
+    gap_p = config.power_a * np.arange(1, space + 1, dtype=np.float64) ** (config.power_a - 1)
+    return jax.random.choice(key, space, (n,), replace=False, p=jnp.asarray(gap_p / gap_p.sum(), jnp.float32))
+
+
+def mqar_example(config: MQARConfig, seq_len: int, key: jax.Array, hubs=None) -> dict[str, jax.Array]:
+    """Multi-query associative recall, following Zoology's `multiquery_ar` (see `MQARConfig`); with
+    `config.hub_keys`, the hub-key variant (`hub_mqar_example`, `hubs` overriding its m).
 
     Layout for T = seq_len, P = num_kv_pairs: positions [0, 2P) hold k_1 v_1 ... k_P v_P;
     in the query region [2P, T) key k_j reappears at 2P + 2 g_j, with distinct gaps g_j drawn
@@ -47,13 +54,13 @@ def mqar_example(config: MQARConfig, seq_len: int, key: jax.Array) -> dict[str, 
     replacement, by Gumbel top-k); its target is v_j.
     """
     config.check_seq_len(seq_len)
+    if config.hub_keys:
+        return hub_mqar_example(config, seq_len, key, config.hub_keys if hubs is None else hubs)
     half, pairs = config.vocab_size // 2, config.num_kv_pairs
-    space = (seq_len - 2 * pairs) // 2
-    gap_p = config.power_a * np.arange(1, space + 1, dtype=np.float64) ** (config.power_a - 1)
     k_keys, k_values, k_gaps, k_fill = jax.random.split(key, 4)
     keys = jax.random.choice(k_keys, half - 1, (pairs,), replace=False) + 1
     values = jax.random.choice(k_values, config.vocab_size - half, (pairs,), replace=False) + half
-    gaps = jax.random.choice(k_gaps, space, (pairs,), replace=False, p=jnp.asarray(gap_p / gap_p.sum(), jnp.float32))
+    gaps = _query_gaps(config, k_gaps, (seq_len - 2 * pairs) // 2, pairs)
     queries = 2 * pairs + 2 * gaps
     tokens = jnp.zeros(seq_len, jnp.int32).at[0:2 * pairs:2].set(keys).at[1:2 * pairs:2].set(values)
     tokens = tokens.at[queries].set(keys)
@@ -62,6 +69,35 @@ def mqar_example(config: MQARConfig, seq_len: int, key: jax.Array) -> dict[str, 
         tokens = jnp.where(tokens == 0, fill, tokens)
     row = _rows(tokens, jnp.int32(0), queries)
     row["targets"] = row["targets"].at[queries].set(values)
+    return row
+
+
+def hub_mqar_example(config: MQARConfig, seq_len: int, key: jax.Array, hubs) -> dict[str, jax.Array]:
+    """MQAR with per-example hub keys (see `MQARConfig.hub_keys`); hubs: m, an int or a traced int32 scalar in
+    [1, distractors], so that one compiled program can make every condition.
+
+    N = num_needles needle keys and up to D = num_kv_pairs - N hub keys are distinct tokens of [1, vocab_size/2);
+    distractor j (of D) takes hub j mod m; all P values are distinct tokens of [vocab_size/2, vocab_size). The P
+    pairs fill [0, 2P) in a random order; in the query region [2P, T) needle i reappears at 2P + 2 g_i (gaps as
+    in MQAR) with its value as the target, and only those N positions are scored. Other tokens are 0, or uniform
+    random ids when `random_non_queries`.
+    """
+    half, pairs, needles = config.vocab_size // 2, config.num_kv_pairs, config.num_needles
+    k_keys, k_values, k_order, k_gaps, k_fill = jax.random.split(key, 5)
+    distinct = jax.random.choice(k_keys, half - 1, (pairs,), replace=False) + 1
+    hub_of = jnp.arange(pairs - needles) % jnp.asarray(hubs, jnp.int32)
+    pair_keys = jnp.concatenate([distinct[:needles], distinct[needles:][hub_of]])
+    values = jax.random.choice(k_values, config.vocab_size - half, (pairs,), replace=False) + half
+    slot = jax.random.permutation(k_order, pairs)  # pair i sits at positions 2 slot_i, 2 slot_i + 1
+    gaps = _query_gaps(config, k_gaps, (seq_len - 2 * pairs) // 2, needles)
+    queries = 2 * pairs + 2 * gaps
+    tokens = jnp.zeros(seq_len, jnp.int32).at[2 * slot].set(pair_keys).at[2 * slot + 1].set(values)
+    tokens = tokens.at[queries].set(pair_keys[:needles])
+    if config.random_non_queries:
+        fill = jax.random.randint(k_fill, (seq_len,), 0, config.vocab_size, jnp.int32)
+        tokens = jnp.where(tokens == 0, fill, tokens)
+    row = _rows(tokens, jnp.int32(0), queries)
+    row["targets"] = row["targets"].at[queries].set(values[:needles])
     return row
 
 
@@ -106,17 +142,23 @@ class SyntheticBatches:
         self.vocab_size = self.task.vocab_size
         self._example = functools.partial(_EXAMPLES[config.source], self.task, config.seq_len)
 
-    def examples(self, indices: jax.Array) -> dict[str, jax.Array]:
-        """The examples with these indices (int [n]) of the pool, as [n, seq_len] rows."""
-        examples_key = jax.random.fold_in(jax.random.key(self.config.seed), 0)
+    def examples(self, indices: jax.Array, seed=None, hubs=None) -> dict[str, jax.Array]:
+        """The examples with these indices (int [n]) of the pool, as [n, seq_len] rows. seed (None: the config's)
+        and hubs (hub-key MQAR's m; None: the config's) may be traced, so that `jax.vmap` makes the pools of many
+        seeds and conditions in one program."""
+        if hubs is not None and not getattr(self.task, "hub_keys", 0):
+            raise ValueError("hubs: only for hub-key MQAR (mqar.hub_keys >= 1)")
+        example = self._example if hubs is None else functools.partial(self._example, hubs=hubs)
+        examples_key = jax.random.fold_in(jax.random.key(self.config.seed if seed is None else seed), 0)
         keys = jax.vmap(jax.random.fold_in, (None, 0))(examples_key, indices)
-        return jax.vmap(self._example)(keys)
+        return jax.vmap(example)(keys)
 
-    def indices(self, step: jax.Array) -> jax.Array:
+    def indices(self, step: jax.Array, seed=None) -> jax.Array:
         """The pool indices of step `step`'s rows: uniform draws from [0, num_examples)."""
-        sample_key = jax.random.fold_in(jax.random.fold_in(jax.random.key(self.config.seed), 1), step)
+        seed = self.config.seed if seed is None else seed
+        sample_key = jax.random.fold_in(jax.random.fold_in(jax.random.key(seed), 1), step)
         return jax.random.randint(sample_key, (self.config.batch_size,), 0, self.task.num_examples)
 
-    def batch(self, step: jax.Array) -> dict[str, jax.Array]:
+    def batch(self, step: jax.Array, seed=None, hubs=None) -> dict[str, jax.Array]:
         """The global batch of `step` (an int scalar, traced or not): int32 [batch_size, ...] arrays."""
-        return self.examples(self.indices(step))
+        return self.examples(self.indices(step, seed), seed, hubs)

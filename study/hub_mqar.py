@@ -1,0 +1,290 @@
+"""Hub-key MQAR: a recall task where the CCQ read has a lever its backbone lacks, with its isotropic control.
+
+    python -m study.hub_mqar run --out results/hub_mqar/runs.jsonl [--families gla,ccq-gla] [--steps 3000]
+    python -m study.hub_mqar table results/hub_mqar/runs.jsonl --plot results/hub_mqar/needle_accuracy.png
+
+The task (`MQARConfig.hub_keys`, train/data/synthetic.py): T = 256 tokens, 64 key-value pairs in a random
+order, then a query region. 16 needle pairs have keys of their own and are the only ones queried and scored;
+the 48 distractor pairs are keyed by m hub tokens drawn fresh for every example, so no parameter can cancel
+them. m in `HUBS`: 1, 2, 4 make the key covariance anisotropic along the hubs (the premise of CCQ: the bulk of
+memory in a few directions, the needles outside them); m = 48 gives every distractor its own key, the
+isotropic control with the same number of writes. Same seed, same needles, values and positions in every
+condition: only the hub assignment differs.
+
+Models: `FAMILIES` at width 64, 2 layers, one head of 64, short convolutions on the linear models (Zoology's
+attention-free recipe, `study.mqar_sweep.model_overrides`), the XLA chunked form (`--impl`) for every read,
+AdamW at 2.15e-3 (`RATES`: the rate of Zoology's four that trained best in 5 of the 6 width-64 T256-kv16 runs
+of results/mqar/sweep.jsonl; one rate keeps a family's 12 members in about a minute of an H200).
+Every (m, seed, learning rate) of a family trains side by side in one compiled program (`jax.vmap`, as
+`study.mqar_sweep` does for rates): seed s initialises the model and draws the training pool; the test pool
+is seed s + `HELD_OUT_SEED_OFFSET` of the same condition. Per member one JSON line: needle accuracy on
+`TEST_EXAMPLES` test examples, with CCQ as trained and with CCQ off (`ccq.mode = "off"`, same weights), the
+final training loss, and for CCQ models the read's engagement (`eval.read`) on 64 test rows, the needle queries
+as positions. A family already in `--out` at the same steps is skipped, so an interrupted run resumes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import pathlib
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import nnx
+
+from ccq_jax.models.config import apply_overrides
+from ccq_jax.progress import progress
+from eval.read import read_engagement
+from study.mqar_sweep import (EVAL_BATCH, HELD_OUT_SEED_OFFSET, LEARNING_RATES, VOCAB, member_learning_rates,
+                              model_overrides, stack_members)
+from train.config import TrainConfig
+from train.data.config import DataConfig, MQARConfig
+from train.data.synthetic import SyntheticBatches
+from train.loop import model_config
+from train.optim import OptimConfig, make_optimizer
+from train.sharding import make_mesh
+from train.step import (abstract_state, compile_synthetic_eval, compile_train_calls, init_state, make_eval_step,
+                        make_train_step)
+
+SEQ_LEN, PAIRS, NEEDLES, BATCH, WIDTH = 256, 64, 16, 128, 64
+HUBS = (1, 2, 4, PAIRS - NEEDLES)
+SEEDS = (0, 1, 2)
+RATES = LEARNING_RATES[2:3]
+TEST_EXAMPLES = 1000
+ENGAGEMENT_ROWS = 64
+FAMILIES = {  # name: (the preset family, CCQ overrides)
+    "transformer": ("transformer", {}),
+    "gla": ("gla", {}),
+    "ccq-gla": ("ccq-gla", {}),
+    "ccq-gla-uncentered": ("ccq-gla", {"ccq.centered": False}),
+    "ccq-gla-cg": ("ccq-gla", {"ccq.read": "cg", "ccq.iterations": 4, "ccq.lambda_max": 16.0}),
+    "ccq-gla-neumann": ("ccq-gla", {"ccq.read": "neumann", "ccq.terms": 3}),
+    "gdn": ("gdn", {}),
+    "ccq-gdn": ("ccq-gdn", {}),
+}
+
+
+def run_config(family: str, steps: int, impl: str, seq_len: int = SEQ_LEN, batch: int = BATCH) -> TrainConfig:
+    """The training run of one family (the data's seed and m are set per member)."""
+    base, ccq = FAMILIES[family]
+    data = DataConfig(source="mqar", seq_len=seq_len, batch_size=batch,
+                      mqar=MQARConfig(vocab_size=VOCAB, num_kv_pairs=PAIRS, num_needles=NEEDLES, hub_keys=1,
+                                      power_a=0.01, random_non_queries=False, num_examples=100_000))
+    optim = OptimConfig(lr=1.0, warmup_steps=min(100, steps // 10), schedule="cosine", min_lr_ratio=0.1,
+                        weight_decay=0.1, grad_clip=1.0)
+    return TrainConfig(name=f"hub-mqar-{family}", model=f"{base}-tiny",
+                       model_overrides={**model_overrides(base, WIDTH, impl), **ccq}, data=data, optim=optim,
+                       steps=steps, checkpoint_every=0, eval_batches=0)
+
+
+@dataclasses.dataclass(frozen=True)
+class Members:
+    """The (m, seed, rate) of each member, in that nesting order."""
+
+    hubs: tuple
+    seeds: tuple
+    rates: tuple
+
+    @property
+    def rows(self) -> list[tuple[int, int, float]]:
+        return [(m, s, lr) for m in self.hubs for s in self.seeds for lr in self.rates]
+
+    def arrays(self):
+        rows = self.rows
+        return (jnp.asarray([m for m, _, _ in rows], jnp.int32), jnp.asarray([s for _, s, _ in rows], jnp.int32),
+                [lr for *_, lr in rows])
+
+
+def train_family(family: str, members: Members, steps: int, impl: str, steps_per_call: int = 100,
+                 test_examples: int = TEST_EXAMPLES, **shape) -> list[dict]:
+    """Train every member of one family side by side; one result dict per member (`Members.rows` order)."""
+    cfg = run_config(family, steps, impl, **shape)
+    mesh = make_mesh(cfg.mesh)
+    data = SyntheticBatches(cfg.data)
+    mcfg = model_config(cfg, data.vocab_size)
+    hubs, seeds, rates = members.arrays()
+    optimizer = optax.chain(make_optimizer(cfg.optim, cfg.steps), member_learning_rates(rates))
+    inits = {s: init_state(mcfg, optimizer, mesh, s) for s in members.seeds}
+    graphdef, others, _ = inits[members.seeds[0]]
+    state = stack_members([inits[s][2] for _, s, _ in members.rows], rates)
+    make_batch = lambda step: jax.vmap(lambda s, m: data.batch(step, s, m))(seeds, hubs)
+    step = make_train_step(graphdef, others, optimizer, grad_accum=1, skip_nonfinite=False)
+    axes = type(state)(0, 0, None)
+    run = compile_train_calls(jax.vmap(step, in_axes=(axes, 0), out_axes=(axes, 0)), state, mesh, steps_per_call,
+                              make_batch)
+    begin, done, last = time.perf_counter(), 0, None
+    with progress(total=steps, desc=family, unit="step") as bar:
+        while done < steps:
+            n = min(steps_per_call, steps - done)
+            state, metrics = run(state, jnp.int32(n))
+            last = jax.tree.map(lambda x: np.asarray(x)[n - 1], metrics)
+            done += n
+            bar.update(n)
+    train_s = time.perf_counter() - begin
+
+    test_batch = lambda i: jax.vmap(lambda s, m: data.examples(i * EVAL_BATCH + jnp.arange(EVAL_BATCH),
+                                                               s + HELD_OUT_SEED_OFFSET, m))(seeds, hubs)
+    accuracy = {}
+    variants = {"on": mcfg} if getattr(mcfg, "ccq", None) is None else {
+        "on": mcfg, "off": apply_overrides(mcfg, {"ccq.mode": "off"})}
+    for name, variant in variants.items():
+        variant_graph = abstract_state(variant, optimizer, mesh)[0]
+        evaluate = compile_synthetic_eval(jax.vmap(make_eval_step(variant_graph, others), in_axes=(0, 0)), state,
+                                          mesh, test_batch, test_examples // EVAL_BATCH)
+        sums = jax.device_get(evaluate(state.params))
+        accuracy[name] = sums["recall_correct"] / sums["recall_scored"]
+    engagement = _engagement(graphdef, others, state, test_batch(0), len(rates)) if "off" in variants else None
+    return [{"lr": lr, "hubs": m, "seed": s, "test_accuracy": float(accuracy["on"][i]),
+             "test_accuracy_ccq_off": float(accuracy["off"][i]) if "off" in accuracy else None,
+             "final_train_loss": float(last["loss"][i]), "train_s": train_s,
+             "engagement": None if engagement is None else engagement[i]}
+            for i, (m, s, lr) in enumerate(members.rows)]
+
+
+def _engagement(graphdef, others, state, batch, count) -> list[dict]:
+    """Each member's read engagement (`eval.read`) on the first rows of its test batch, the needle queries as
+    positions: the summary and, per layer, the mean over heads."""
+    out = []
+    for i in range(count):
+        model = nnx.merge(graphdef, jax.tree.map(lambda x: x[i], state.params), others)
+        report = read_engagement(model, batch["input_ids"][i, :ENGAGEMENT_ROWS],
+                                 positions=batch["loss_mask"][i, :ENGAGEMENT_ROWS])
+        per_layer = {name: [float(np.mean(layer["heads"][name])) for layer in report["layers"]]
+                     for name in ("lambda_mean", "applied_at_positions", "available_at_positions", "effective_rank")}
+        out.append({**report["summary"], "per_layer": per_layer})
+    return out
+
+
+def _done(out: pathlib.Path) -> set:
+    rows = [json.loads(line) for line in out.read_text().splitlines() if line.strip()] if out.exists() else []
+    return {(r["family"], r["steps"]) for r in rows}
+
+
+def run(out: pathlib.Path, families, members: Members, steps: int, impl: str) -> int:
+    """Train every family not yet in `out` at `steps`, appending its members' rows; returns how many trained."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    todo = [f for f in families if (f, steps) not in _done(out)]
+    for family in todo:
+        rows = train_family(family, members, steps, impl)
+        with out.open("a") as f:
+            for row in rows:
+                f.write(json.dumps({"family": family, "steps": steps, "impl": impl,
+                                    "device": jax.devices()[0].device_kind, **row}) + "\n")
+        print(summary_line(family, rows), flush=True)
+    return len(todo)
+
+
+def best_over_rates(rows) -> dict:
+    """{(family, steps, hubs, seed): the row of the best test accuracy over the rates}."""
+    best = {}
+    for r in rows:
+        key = (r["family"], r["steps"], r["hubs"], r["seed"])
+        if key not in best or r["test_accuracy"] > best[key]["test_accuracy"]:
+            best[key] = r
+    return best
+
+
+def summary_line(family: str, rows) -> str:
+    best = best_over_rates([{**r, "family": family, "steps": 0} for r in rows])
+    cells = []
+    for m in sorted({r["hubs"] for r in rows}):
+        acc = [b["test_accuracy"] for (_, _, hubs, _), b in best.items() if hubs == m]
+        cells.append(f"m={m}: {100 * np.mean(acc):.1f}%")
+    return f"{family:>20s} " + ", ".join(cells) + f" ({rows[0]['train_s']:.0f} s)"
+
+
+def table(rows) -> str:
+    """Markdown: per family and m, needle accuracy (best over the rates) mean +- sd over seeds and each seed; CCQ
+    off on the same checkpoints; the read's applied contraction at the needle queries and mean lambda."""
+    best = best_over_rates(rows)
+    lines = ["| family | steps | m | seeds | needle accuracy % (mean +- sd) | per seed | CCQ off % | lambda | "
+             "applied at queries | eig_max | eff. rank |", "|---|---:|---:|---|---:|---|---:|---:|---:|---:|---:|"]
+    keys = sorted({(f, st, m) for f, st, m, _ in best}, key=lambda k: (list(FAMILIES).index(k[0]), k[1], k[2]))
+    for family, steps, m in keys:
+        runs = [best[k] for k in sorted(best) if k[:3] == (family, steps, m)]
+        acc = np.array([100 * r["test_accuracy"] for r in runs])
+        off = [100 * r["test_accuracy_ccq_off"] for r in runs if r["test_accuracy_ccq_off"] is not None]
+        eng = [r["engagement"] for r in runs if r["engagement"] is not None]
+        mean = lambda name: f"{np.mean([e[name] for e in eng]):.3g}" if eng else "-"
+        pct = lambda name: f"{100 * np.mean([e[name] for e in eng]):.2f} %" if eng else "-"
+        lines.append(f"| {family} | {steps} | {m} | {', '.join(str(r['seed']) for r in runs)} | "
+                     f"{acc.mean():.1f} +- {acc.std(ddof=1) if len(acc) > 1 else 0:.1f} | "
+                     f"{' / '.join(f'{a:.1f}' for a in acc)} | {f'{np.mean(off):.1f}' if off else '-'} | "
+                     f"{mean('lambda_mean')} | {pct('applied_at_positions')} | {mean('sigma_top1')} | "
+                     f"{mean('effective_rank')} |")
+    return "\n".join(lines)
+
+
+def plot(rows, path: pathlib.Path) -> pathlib.Path:
+    """Needle accuracy against m (log axis; the control at the right), one line per family through the seed
+    mean, each seed a dot."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    best = best_over_rates(rows)
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    for family in [f for f in FAMILIES if any(k[0] == f for k in best)]:
+        hubs = sorted({k[2] for k in best if k[0] == family})
+        per = {m: [100 * b["test_accuracy"] for k, b in best.items() if k[0] == family and k[2] == m] for m in hubs}
+        line, = ax.plot(hubs, [np.mean(per[m]) for m in hubs], marker="o", label=family)
+        for m in hubs:
+            ax.scatter([m] * len(per[m]), per[m], s=10, color=line.get_color(), alpha=0.5)
+    ax.set(xscale="log", xlabel=f"hub keys m ({PAIRS - NEEDLES}: every distractor its own key)",
+           ylabel="needle accuracy (%)",
+           title=f"Hub-key MQAR, T = {SEQ_LEN}, {NEEDLES} needles among {PAIRS - NEEDLES} distractor pairs")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def _ints(text: str) -> tuple:
+    return tuple(int(x) for x in text.split(",") if x)
+
+
+def _families(text: str) -> tuple:
+    names = tuple(x for x in text.split(",") if x)
+    for name in names:
+        if name not in FAMILIES:
+            raise argparse.ArgumentTypeError(f"expected names from {list(FAMILIES)}, got {name!r}")
+    return names
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command", required=True)
+    go = sub.add_parser("run", help="train the families not yet in --out")
+    go.add_argument("--out", required=True, type=pathlib.Path, help="JSON lines, appended")
+    go.add_argument("--families", type=_families, default=tuple(FAMILIES))
+    go.add_argument("--hubs", type=_ints, default=HUBS)
+    go.add_argument("--seeds", type=_ints, default=SEEDS)
+    go.add_argument("--steps", type=int, default=2000)
+    go.add_argument("--impl", default="chunk", help="attn_impl of the linear models")
+    show = sub.add_parser("table", help="the table (and a plot) of a run's rows")
+    show.add_argument("rows", type=pathlib.Path)
+    show.add_argument("--plot", type=pathlib.Path, default=None)
+    a = p.parse_args(argv)
+    if a.command == "run":
+        if a.steps < 1:
+            p.error(f"--steps: expected >= 1, got {a.steps}")
+        run(a.out, a.families, Members(a.hubs, a.seeds, RATES), a.steps, a.impl)
+        return 0
+    rows = [json.loads(line) for line in a.rows.read_text().splitlines() if line.strip()]
+    print(table(rows))
+    if a.plot is not None:
+        print(f"needle accuracy against m: {plot(rows, a.plot)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
