@@ -11,9 +11,11 @@ import argparse
 import json
 import pathlib
 
+import numpy as np
+
 from ccq_jax import checks as check
 from ccq_jax.configlib import check_choice
-from eval import delta_mu, niah
+from eval import delta_mu, niah, read
 from eval.longbench import DATASET2METRIC, PAPER_TASKS, predict_dataset, score_predictions
 from eval.perplexity import fixed_length_sequences, plot_perplexity_vs_length, streaming_nll, windowed_perplexity
 from eval.records import read_jsonl, write_jsonl
@@ -275,6 +277,30 @@ def run_delta_mu(ctx: Context):
     return summary, delta_mu.format_table(summary)
 
 
+# read -------------------------------------------------------------------------------------------------------------
+
+def _add_read(p):
+    _add_text_source(p)
+    p.add_argument("--length", type=int, default=2048, help="tokens per sequence (the document-start token first)")
+    p.add_argument("--num-sequences", type=int, default=8, help="sequences cut from the concatenated documents")
+    p.add_argument("--tail", type=int, default=0,
+                   help="also average the contraction over each sequence's last N tokens (the positions column)")
+
+
+def run_read(ctx: Context):
+    a = ctx.args
+    check.integer("--num-sequences", a.num_sequences, minimum=1)
+    check.integer("--tail", a.tail, minimum=0)
+    docs = [ctx.tokenizer.encode(t) + [ctx.tokenizer.eos_id] for t in _texts(a)]
+    rows = fixed_length_sequences(docs, a.length - 1, pack=True)[: a.num_sequences]
+    ids = np.concatenate([np.full((len(rows), 1), ctx.tokenizer.document_start, np.int32), rows], axis=1)
+    positions = np.arange(a.length)[None].repeat(len(rows), 0) >= a.length - a.tail
+    report = read.read_engagement(ctx.model, ids, positions=positions)
+    report["plot"] = read.plot(report, ctx.out / "read_engagement.png")
+    report["num_sequences"], report["length"] = len(rows), a.length
+    return report, read.format_table(report)
+
+
 COMMANDS = {
     "ppl": Command("token perplexity and bits per byte with rolling windows", _add_ppl, run_ppl,
                    ("data", "column", "split", "hf_config", "limit", "window", "stride", "separator")),
@@ -292,4 +318,7 @@ COMMANDS = {
                         _add_delta_mu, run_delta_mu,
                         ("task", "length", "depths", "num_samples", "sample_seed", "essay_dir", "top_k", "needle",
                          "uncentered")),
+    "read": Command("how engaged the CCQ read is: lambda, the applied contraction |q - q_clean| / |q|, Sigma's "
+                    "top eigenvalues and effective rank, per layer and head", _add_read, run_read,
+                    ("data", "column", "split", "hf_config", "limit", "length", "num_sequences", "tail")),
 }

@@ -75,6 +75,18 @@ def test_delta_mu(tmp_path, capsys):
     assert "mean Delta-mu" in capsys.readouterr().out
 
 
+def test_read_reports_the_engagement_on_a_checkpoint_like_model_and_refuses_one_without_ccq(docs, tmp_path, capsys):
+    record = _run("read", tmp_path, "--preset", "ccq-gla-tiny", "--data", str(docs), "--length", "64",
+                  "--num-sequences", "3", "--tail", "8")
+    res = record["results"]
+    assert res["num_sequences"] == 3 and len(res["layers"]) == 1 and res["layers"][0]["read"]["kind"] == "first_order"
+    assert 0 < res["summary"]["applied_mean"] < 1 and res["summary"]["applied_at_positions"] > 0
+    assert _png(tmp_path / "read_engagement.png") and "applied contraction" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as stop:
+        main(["read", "--preset", "gla-tiny", "--data", str(docs), "--out", str(tmp_path / "gla"), *TINY])
+    assert stop.value.code == 2 and "model: no CCQ read to measure" in capsys.readouterr().err
+
+
 def test_lm_eval_with_a_local_task(tmp_path):
     docs = [{"q": "The sky is", "choices": [" blue", " green"], "label": 0},
             {"q": "Grass is", "choices": [" red", " green"], "label": 1}]

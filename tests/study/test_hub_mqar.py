@@ -1,0 +1,71 @@
+"""Hub-key MQAR (train/data/synthetic.py `hub_mqar_example`, study/hub_mqar.py): the layout the study's
+predictions rest on, one compiled program for every condition, the refusals, and the table from rows."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from study import hub_mqar
+from train.data.config import DataConfig, MQARConfig
+from train.data.synthetic import SyntheticBatches
+
+PAIRS, NEEDLES, T = 24, 4, 64
+
+
+def _batches(hub_keys=1, random_non_queries=False):
+    task = MQARConfig(vocab_size=256, num_kv_pairs=PAIRS, num_needles=NEEDLES, hub_keys=hub_keys,
+                      random_non_queries=random_non_queries, num_examples=1000)
+    return SyntheticBatches(DataConfig(source="mqar", seq_len=T, batch_size=8, mqar=task))
+
+
+@pytest.mark.parametrize("hubs", [1, 2, 4, PAIRS - NEEDLES])
+def test_the_distractors_share_m_hub_keys_and_only_the_needles_are_scored(hubs):
+    batch = jax.tree.map(np.asarray, jax.jit(lambda s, m: _batches().batch(s, hubs=m))(jnp.int32(3), hubs))
+    for row in range(8):
+        tokens, scored = batch["input_ids"][row], batch["scored_positions"][row]
+        keys, values = tokens[0:2 * PAIRS:2], tokens[1:2 * PAIRS:2]
+        queried = tokens[scored]
+        assert len(set(keys)) == NEEDLES + hubs
+        assert len(set(values)) == PAIRS and np.all(values >= 128) and np.all((keys >= 1) & (keys < 128))
+        assert batch["loss_mask"][row].sum() == NEEDLES and np.all(scored >= 2 * PAIRS)
+        for key, position in zip(queried, scored):
+            (where,) = np.nonzero(keys == key)
+            assert len(where) == 1  # a needle's key appears once among the pairs
+            assert batch["targets"][row, position] == values[where[0]]
+        others = np.setdiff1d(keys, queried)
+        counts = [np.sum(keys == hub) for hub in others]
+        assert len(others) == hubs and max(counts) - min(counts) <= 1  # distractor j takes hub j mod m
+
+
+def test_every_condition_shares_its_needles_values_and_query_positions():
+    batches = _batches()
+    rows = [jax.tree.map(np.asarray, batches.batch(jnp.int32(0), hubs=m)) for m in (1, PAIRS - NEEDLES)]
+    np.testing.assert_array_equal(rows[0]["scored_positions"], rows[1]["scored_positions"])
+    np.testing.assert_array_equal(rows[0]["targets"] * rows[0]["loss_mask"], rows[1]["targets"] * rows[1]["loss_mask"])
+    assert not np.array_equal(rows[0]["input_ids"], rows[1]["input_ids"])
+
+
+def test_the_config_decides_m_and_bad_values_are_refused_by_name():
+    batch = _batches(hub_keys=2).batch(jnp.int32(0))
+    keys = np.asarray(batch["input_ids"][0, 0:2 * PAIRS:2])
+    assert len(set(keys)) == NEEDLES + 2
+    with pytest.raises(ValueError, match=r"mqar.hub_keys: at most the 20 distractor pairs"):
+        MQARConfig(num_kv_pairs=PAIRS, num_needles=NEEDLES, hub_keys=21)
+    with pytest.raises(ValueError, match=r"mqar.num_needles: must be in \[1, num_kv_pairs=24\)"):
+        MQARConfig(num_kv_pairs=PAIRS, num_needles=PAIRS, hub_keys=1)
+    with pytest.raises(ValueError, match=r"seq_len: hub-key MQAR .* needs seq_len >= 56"):
+        SyntheticBatches(DataConfig(source="mqar", seq_len=50, mqar=MQARConfig(
+            num_kv_pairs=PAIRS, num_needles=NEEDLES, hub_keys=1))).batch(jnp.int32(0))
+    plain = SyntheticBatches(DataConfig(source="mqar", seq_len=4 * PAIRS, mqar=MQARConfig(num_kv_pairs=PAIRS)))
+    with pytest.raises(ValueError, match=r"hubs: only for hub-key MQAR"):
+        plain.batch(jnp.int32(0), hubs=2)
+
+
+def test_the_table_takes_the_best_rate_per_seed_and_reports_ccq_off_and_the_engagement():
+    engagement = {"lambda_mean": 0.2, "applied_at_positions": 0.05, "sigma_top1": 0.3, "effective_rank": 4.0}
+    rows = [{"family": "ccq-gla", "steps": 10, "hubs": 1, "seed": s, "lr": lr, "test_accuracy": acc,
+             "test_accuracy_ccq_off": acc / 2, "engagement": engagement}
+            for s, lr, acc in [(0, 1e-3, 0.5), (0, 2e-3, 0.7), (1, 1e-3, 0.9)]]
+    text = hub_mqar.table(rows)
+    assert "| ccq-gla | 10 | 1 | 0, 1 | 80.0 +- 14.1 | 70.0 / 90.0 | 40.0 | 0.2 | 5.00 % | 0.3 | 4 |" in text
