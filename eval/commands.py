@@ -14,10 +14,12 @@ import pathlib
 import numpy as np
 
 from ccq_jax import checks as check
+from ccq_jax import engagement
 from ccq_jax.configlib import check_choice
-from eval import delta_mu, niah, read
+from eval import delta_mu, niah
 from eval.longbench import DATASET2METRIC, PAPER_TASKS, predict_dataset, score_predictions
 from eval.perplexity import fixed_length_sequences, plot_perplexity_vs_length, streaming_nll, windowed_perplexity
+from eval.plots import heatmap
 from eval.records import read_jsonl, write_jsonl
 from eval.runs import Command, Context
 from eval.text_sources import load_texts
@@ -295,10 +297,16 @@ def run_read(ctx: Context):
     rows = fixed_length_sequences(docs, a.length - 1, pack=True)[: a.num_sequences]
     ids = np.concatenate([np.full((len(rows), 1), ctx.tokenizer.document_start, np.int32), rows], axis=1)
     positions = np.arange(a.length)[None].repeat(len(rows), 0) >= a.length - a.tail
-    report = read.read_engagement(ctx.model, ids, positions=positions)
-    report["plot"] = read.plot(report, ctx.out / "read_engagement.png")
+    report = engagement.read_engagement(ctx.model, ids, positions=positions)
+    layers = [layer["layer"] for layer in report["layers"]]
+    heads = range(len(report["layers"][0]["heads"]["lambda_mean"]))
+    report["plots"] = [str(heatmap([layer["heads"][name] for layer in report["layers"]], ctx.out / f"read_{name}.png",
+                                   row_labels=layers, col_labels=heads, xlabel="head", ylabel="layer",
+                                   title=f"{title}: {ctx.label}", cmap="viridis"))
+                       for name, title in (("applied_mean", "applied contraction |q - q_clean| / |q|"),
+                                           ("effective_rank", "effective rank of Sigma"))]
     report["num_sequences"], report["length"] = len(rows), a.length
-    return report, read.format_table(report)
+    return report, engagement.format_table(report)
 
 
 COMMANDS = {

@@ -19,7 +19,7 @@ Every (m, seed, learning rate) of a family trains side by side in one compiled p
 `study.mqar_sweep` does for rates): seed s initialises the model and draws the training pool; the test pool
 is seed s + `HELD_OUT_SEED_OFFSET` of the same condition. Per member one JSON line: needle accuracy on
 `TEST_EXAMPLES` test examples, with CCQ as trained and with CCQ off (`ccq.mode = "off"`, same weights), the
-final training loss, and for CCQ models the read's engagement (`eval.read`) on 64 test rows, the needle queries
+final training loss, and for CCQ models the read's engagement (`ccq_jax.engagement`) on 64 test rows, the needle queries
 as positions. A family already in `--out` at the same steps is skipped, so an interrupted run resumes.
 """
 
@@ -39,7 +39,7 @@ from flax import nnx
 
 from ccq_jax.models.config import apply_overrides
 from ccq_jax.progress import progress
-from eval.read import read_engagement
+from ccq_jax.engagement import read_engagement
 from study.mqar_sweep import (EVAL_BATCH, HELD_OUT_SEED_OFFSET, LEARNING_RATES, VOCAB, member_learning_rates,
                               model_overrides, stack_members)
 from train.config import TrainConfig
@@ -147,7 +147,7 @@ def train_family(family: str, members: Members, steps: int, impl: str, steps_per
 
 
 def _engagement(graphdef, others, state, batch, count) -> list[dict]:
-    """Each member's read engagement (`eval.read`) on the first rows of its test batch, the needle queries as
+    """Each member's read engagement (`ccq_jax.engagement`) on the first rows of its test batch, the needle queries as
     positions: the summary and, per layer, the mean over heads."""
     out = []
     for i in range(count):

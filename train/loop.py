@@ -20,12 +20,15 @@ import tempfile
 import time
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
+from flax import nnx
 from tqdm import tqdm
 
 from ccq_jax.cli import user_path
 from ccq_jax.checkpoints import checkpoint_step_dir, read_train_config
+from ccq_jax.engagement import read_engagement
 from ccq_jax.models import count_params, get_config
 from ccq_jax.progress import progress as progress_bar
 from train.checkpoint import Checkpointer, resume_conflicts
@@ -118,6 +121,33 @@ def evaluate(eval_step, state, cfg: TrainConfig, mesh) -> dict:
     if totals["recall_scored"]:
         result["eval_recall"] = totals["recall_correct"] / totals["recall_scored"]
     return result
+
+
+READ_ROWS = 16  # held-out rows the read's engagement is measured on
+
+
+def read_summary(graphdef, others, state, cfg: TrainConfig) -> dict:
+    """A CCQ model's read engagement (`ccq_jax.engagement`) on the first `READ_ROWS` rows of the first held-out
+    batch, the scored positions (MQAR's queries; every target on text) as positions: mean lambda, the applied
+    contraction |q - q_clean| / |q| over all tokens and at the scored ones, eig_max and the effective rank of
+    Sigma. {} for a model without a CCQ read, or with it off."""
+    model = nnx.merge(graphdef, jax.device_get(state.params), others)
+    ccq = getattr(model.config, "ccq", None)
+    if ccq is None or not ccq.active or not cfg.eval_batches:
+        return {}
+    held_out = build_pipeline(_held_out(cfg))
+    if held_out.synthetic is not None:
+        batch = held_out.synthetic.batch(jnp.int32(0))
+    else:
+        it = iter(held_out.dataset)
+        batch = next(it)
+        it.close()
+    rows = {k: np.asarray(batch[k])[:READ_ROWS] for k in ("input_ids", "segment_ids", "loss_mask")}
+    s = read_engagement(model, rows["input_ids"], segment_ids=rows["segment_ids"], positions=rows["loss_mask"] > 0)
+    s = s["summary"]
+    return {"read_lambda": s["lambda_mean"], "read_applied": s["applied_mean"],
+            "read_applied_at_scored": s["applied_at_positions"], "read_eig_max": s["sigma_top1"],
+            "read_effective_rank": s["effective_rank"]}
 
 
 def train(cfg: TrainConfig, workdir, *, progress: bool = True) -> dict:
@@ -286,6 +316,7 @@ def _train(cfg: TrainConfig, workdir: pathlib.Path, progress: bool, preempted: _
                "preempted": preempted.flag, **report.final}
     if int(state.step) == cfg.steps:
         summary.update(evaluate(eval_step, state, cfg, mesh))
+        summary.update(read_summary(graphdef, others, state, cfg))
         if main_process:
             plot_curves({cfg.name: read_metrics(writer.path)}, workdir / "loss.png", title=f"{cfg.name}: training loss")
     return summary

@@ -81,7 +81,7 @@ def test_read_reports_the_engagement_on_a_checkpoint_like_model_and_refuses_one_
     res = record["results"]
     assert res["num_sequences"] == 3 and len(res["layers"]) == 1 and res["layers"][0]["read"]["kind"] == "first_order"
     assert 0 < res["summary"]["applied_mean"] < 1 and res["summary"]["applied_at_positions"] > 0
-    assert _png(tmp_path / "read_engagement.png") and "applied contraction" in capsys.readouterr().out
+    assert _png(tmp_path / "read_applied_mean.png") and _png(tmp_path / "read_effective_rank.png") and "applied contraction" in capsys.readouterr().out
     with pytest.raises(SystemExit) as stop:
         main(["read", "--preset", "gla-tiny", "--data", str(docs), "--out", str(tmp_path / "gla"), *TINY])
     assert stop.value.code == 2 and "model: no CCQ read to measure" in capsys.readouterr().err

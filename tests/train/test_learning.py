@@ -54,6 +54,8 @@ def test_demo_model_learns_recall(name, tmp_path):
     assert summary["eval_recall"] >= FLOOR, (
         f"{name} reached {summary['eval_recall']:.1%} held-out recall after {run.steps} steps on seed {GUARD_SEED} "
         f"(floor {FLOOR:.0%}; eval loss {summary['eval_loss']:.3f}): the demo's recipe no longer learns")
+    if name.startswith("ccq"):  # every CCQ result states how engaged its read was
+        assert 0 < summary["read_applied_at_scored"] < 1 and summary["read_effective_rank"] >= 1, summary
     trained, _, _ = load_checkpoint_model(tmp_path)
     initial = _initial_params(run, trained.config)
     frozen = [path for path, value in _flat(nnx.state(trained, nnx.Param)).items()

@@ -1,4 +1,4 @@
-"""eval/read.py, the read-engagement instrument: a positive control (keys along one direction: Sigma of rank one,
+"""ccq_jax/engagement.py, the read-engagement instrument: a positive control (keys along one direction: Sigma of rank one,
 a known contraction), a negative one (isotropic keys: eig_max ~ 1/K, an effective rank near K), the layer's own
 policy, and a model with CCQ off refused."""
 
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import ccq_jax.ops as ops
-from eval.read import format_table, layer_engagement, read_engagement
+from ccq_jax.engagement import format_table, layer_engagement, read_engagement
 from tests.builders import build, token_ids
 
 B, T, H, K = 2, 64, 2, 16

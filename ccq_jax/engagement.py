@@ -11,7 +11,10 @@ For unit keys tr Sigma <= 1, so |lambda Sigma q| <= lambda eig_max |q|: a near-i
 eig_max ~ 1/K and the first-order read barely moves q. Every CCQ result should state these numbers.
 
     report = read_engagement(model, input_ids, segment_ids=None, positions=None)
-    print(format_table(report)); plot(report, "read.png")
+    print(format_table(report))
+
+`ccq-eval read` runs it on a checkpoint and draws it; training runs it on held-out rows at the end of a CCQ
+model's run (summary.json); `study.hub_mqar` on every member.
 """
 
 import functools
@@ -111,23 +114,3 @@ def format_table(report: dict) -> str:
                  f"{s['effective_rank']:.1f}")
     return "\n".join(lines)
 
-
-def plot(report: dict, path) -> str:
-    """Applied contraction and effective rank per layer (rows) and head (columns), side by side."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    panels = (("applied_mean", "applied |q - q_clean| / |q|"), ("effective_rank", "effective rank of Sigma"))
-    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 0.6 * len(report["layers"]) + 2))
-    for ax, (name, title) in zip(axes, panels):
-        grid = np.array([layer["heads"][name] for layer in report["layers"]])
-        image = ax.imshow(grid, aspect="auto", cmap="viridis")
-        ax.set(title=title, xlabel="head", ylabel="layer", yticks=range(len(report["layers"])),
-               yticklabels=[layer["layer"] for layer in report["layers"]])
-        fig.colorbar(image, ax=ax)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return str(path)
