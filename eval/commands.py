@@ -127,6 +127,9 @@ def _add_niah(p):
     p.add_argument("--sample-seed", type=int, default=42, help="seed of the generated samples")
     p.add_argument("--essay-dir", default=None, help="folder of .txt essays (default: built-in public-domain text)")
     p.add_argument("--max-new-tokens", type=int, default=niah.TOKENS_TO_GENERATE, help="tokens generated per sample")
+    p.add_argument("--graded", action="store_true",
+                   help=f"also the graded score: the teacher-forced rank of the true value among "
+                        f"{niah.GRADED_CANDIDATES} values of its token length (0.5: chance)")
 
 
 def run_niah(ctx: Context):
@@ -146,6 +149,13 @@ def run_niah(ctx: Context):
         results[task] = summary
         lines.append(f"{task:<14} " + " ".join(f"{summary['by_length'][n]:>7.1f}" for n in sorted(a.lengths))
                      + f" {summary['overall']:>8.1f}")
+        if a.graded:
+            graded = niah.graded_scores(samples, runner.logits, ctx.tokenizer, progress=ctx.progress)
+            write_jsonl(ctx.out / f"{task}_graded.jsonl.gz", graded)
+            summary["graded"] = niah.summarize_graded(graded)
+            by = summary["graded"]["by_length"]
+            lines.append(f"{'  graded':<14} " + " ".join(f"{by[n]['graded_score']:>7.3f}" for n in sorted(a.lengths))
+                         + f" {summary['graded']['graded_score']:>8.3f}  (rank score; 0.5 chance, 1 first)")
     return results, "\n".join(lines)
 
 
@@ -317,7 +327,8 @@ COMMANDS = {
                              ("data", "column", "split", "hf_config", "limit", "lengths", "chunk_size",
                               "num_sequences", "pack", "compare")),
     "niah": Command("RULER-compatible S-NIAH on a length x depth grid", _add_niah, run_niah,
-                    ("tasks", "lengths", "depths", "num_samples", "sample_seed", "essay_dir", "max_new_tokens")),
+                    ("tasks", "lengths", "depths", "num_samples", "sample_seed", "essay_dir", "max_new_tokens",
+                     "graded")),
     "lm-eval": Command("lm-evaluation-harness tasks through the jit-compiled model", _add_lm_eval, run_lm_eval,
                        ("tasks", "include_path", "num_fewshot", "limit", "max_length", "max_gen_toks")),
     "longbench": Command("LongBench predictions and scores from local data", _add_longbench, run_longbench,

@@ -39,7 +39,8 @@ from ccq_jax.progress import progress as progress_bar
 from ccq_jax import checks as check
 from eval.builtin_text import ADJECTIVES, ESSAY, NOUNS
 from eval.plots import heatmap
-from eval.protocols import GenerateFn, Tokenizer, check_tokenizer, cut_at_eos
+from eval.protocols import GenerateFn, LogitsFn, Tokenizer, check_tokenizer, cut_at_eos
+from eval.token_scores import target_logprobs
 
 TEMPLATE = (
     "Some special magic {type_needle_v} are hidden within the following text. Make sure to memorize it. "
@@ -265,6 +266,59 @@ def run_niah(
             pred = postprocess_prediction(tokenizer.decode(cut_at_eos(list(out), tokenizer.eos_id)))
             records[i] = asdict(samples[i]) | {"pred": pred, "score": string_match_all([pred], [samples[i].outputs])}
     return records
+
+
+GRADED_CANDIDATES = 10
+
+
+def graded_candidates(sample: NiahSample, tokenizer: Tokenizer, count: int) -> list[str]:
+    """The true value first, then count - 1 other values of the task's kind whose answer (" " + value) has as many
+    tokens as the true one's, drawn by a generator seeded by the sample."""
+    spec, true = TASKS[sample.task], sample.outputs[0]
+    rng = random.Random(f"graded:{sample.task}:{sample.length}:{sample.depth}:{sample.index}")
+    width = len(tokenizer.encode(" " + true))
+    out, tries = [true], 0
+    while len(out) < count:
+        tries += 1
+        if tries > 1000 * count:
+            raise ValueError(f"tokenizer: found no {count - 1} values of {width} tokens like {true!r} in {tries} draws")
+        value = _needle_value(spec, rng)
+        if value not in out and len(tokenizer.encode(" " + value)) == width:
+            out.append(value)
+    return out
+
+
+def graded_scores(samples: list[NiahSample], logits_fn: LogitsFn, tokenizer: Tokenizer, *,
+                  candidates: int = GRADED_CANDIDATES, progress: bool = True) -> list[dict]:
+    """A score that lifts comparisons off the 0 % floor of exact retrieval: per sample, the teacher-forced
+    log-probability of the answer prompt + " " + value for the true value and `candidates - 1` others of the same
+    token length, and where the true one ranks. Per sample: `graded_rank` (0: the true value scores highest),
+    `graded_score` = the fraction of the others it beats (1: first; 0.5: chance; ties count half) and
+    `graded_top1`. logits_fn: [B, T] -> [B, T, E], called with each sample's candidates as one batch."""
+    check.integer("candidates", candidates, minimum=2)
+    check_tokenizer(tokenizer)
+    out = []
+    for sample in progress_bar(samples, desc="niah graded", disable=not progress):
+        prompt = list(tokenizer.encode(sample.prompt))
+        answers = [list(tokenizer.encode(" " + v)) for v in graded_candidates(sample, tokenizer, candidates)]
+        ids = np.asarray([prompt + a for a in answers], np.int32)
+        logp, _ = target_logprobs(np.asarray(logits_fn(ids[:, :-1])), ids[:, 1:])
+        totals = logp[:, len(prompt) - 1:].sum(axis=1)
+        beaten = float(np.sum(totals[0] > totals[1:]) + 0.5 * np.sum(totals[0] == totals[1:]))
+        out.append({"task": sample.task, "length": sample.length, "depth": sample.depth, "index": sample.index,
+                    "graded_rank": int(np.sum(totals[1:] > totals[0])), "graded_score": beaten / (candidates - 1),
+                    "graded_top1": bool(np.all(totals[0] > totals[1:])), "logprobs": totals.tolist()})
+    return out
+
+
+def summarize_graded(records: list[dict]) -> dict:
+    """Mean graded score and top-1 rate, overall and per length (0.5 and 1 / candidates are chance)."""
+    lengths = sorted({r["length"] for r in records})
+    mean = lambda key, rs: float(np.mean([r[key] for r in rs]))
+    return {"graded_score": mean("graded_score", records), "graded_top1": mean("graded_top1", records),
+            "by_length": {n: {"graded_score": mean("graded_score", [r for r in records if r["length"] == n]),
+                              "graded_top1": mean("graded_top1", [r for r in records if r["length"] == n])}
+                          for n in lengths}}
 
 
 def summarize(records: list[dict]) -> dict:

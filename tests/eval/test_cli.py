@@ -57,8 +57,11 @@ def test_extrapolation_streams_and_plots_with_earlier_curves(docs, tmp_path):
 def test_niah(tmp_path):
     record = _run("niah", tmp_path, "--preset", "ccq-gla-tiny", "--tasks", "niah_single_1,niah_single_3",
                   "--lengths", "512", "--depths", "0,100", "--num-samples", "1", "--max-new-tokens", "4",
-                  "--batch-size", "2")
+                  "--batch-size", "2", "--graded")
     assert set(record["results"]) == {"niah_single_1", "niah_single_3"}
+    graded = record["results"]["niah_single_1"]["graded"]
+    assert 0 <= graded["graded_score"] <= 1 and set(graded["by_length"]) == {"512"}
+    assert len(read_jsonl(tmp_path / "niah_single_3_graded.jsonl.gz")) == 2
     assert record["results"]["niah_single_3"]["by_length_depth"] == {"512": {"0": 0.0, "100": 0.0}}
     samples = read_jsonl(tmp_path / "niah_single_1.jsonl.gz")
     assert len(samples) == 2 and all(s["num_tokens"] + 4 <= 512 for s in samples)

@@ -163,3 +163,39 @@ def test_search_gallops_both_ways():
     assert niah.largest_fitting(fits, 64) == 1000
     assert niah.largest_fitting(fits, 5000) == 1000
     assert niah.largest_fitting(fits, 1000) == 1000 and niah.largest_fitting(lambda n: False, 10) == 0
+
+
+
+def _retrieving_logits(tokenizer):
+    """A model that retrieves, as logits: after the prompt's answer prefix, +8 on each token of " " + the needle's
+    value (read off the prompt), flat elsewhere."""
+
+    def logits_fn(ids):
+        ids = np.asarray(ids)
+        out = np.zeros((*ids.shape, tokenizer.vocab_size), np.float32)
+        for b, row in enumerate(ids):
+            text = tokenizer.decode(list(row))
+            value = re.search(r"is: (\S+)\.", text).group(1)
+            marker = " mentioned in the provided text is"
+            end = len(tokenizer.encode(text[: text.index(marker) + len(marker)]))
+            for j, tok in enumerate(tokenizer.encode(" " + value)):
+                if end - 1 + j < len(row):
+                    out[b, end - 1 + j, tok] = 8.0
+        return out
+
+    return logits_fn
+
+def test_the_graded_score_ranks_the_true_value_first_for_a_retriever_and_at_chance_for_a_flat_model():
+    samples = generate_samples("niah_single_1", TOK, lengths=[512], depths=[20, 80], num_samples=2,
+                               tokens_to_generate=0, progress=False)
+    copier = niah.graded_scores(samples, _retrieving_logits(TOK), TOK, progress=False)
+    flat = niah.graded_scores(samples, lambda ids: np.zeros((*np.shape(ids), TOK.vocab_size), np.float32), TOK,
+                              progress=False)
+    assert all(r["graded_rank"] == 0 and r["graded_top1"] and r["graded_score"] == 1.0 for r in copier)
+    assert all(r["graded_score"] == 0.5 and not r["graded_top1"] for r in flat)  # ties count half
+    summary = niah.summarize_graded(copier)
+    assert summary["graded_score"] == 1.0 and summary["by_length"][512]["graded_top1"] == 1.0
+    for sample in samples:  # the candidates: the true value first, all of its token length, distinct
+        values = niah.graded_candidates(sample, TOK, niah.GRADED_CANDIDATES)
+        assert values[0] == sample.outputs[0] and len(set(values)) == niah.GRADED_CANDIDATES
+        assert len({len(TOK.encode(" " + v)) for v in values}) == 1
