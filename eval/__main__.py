@@ -14,14 +14,15 @@ forced off on the same weights (the paper's inference-time ablation); `--set FIE
 changes other model fields that keep the weights (e.g. `attn_impl=recurrent`). Results go to
 `--out` (default `eval_out/`) as `<command>.json` (+ PNGs and per-sample JSONL); a summary
 table is printed. A user error ends with one `ccq-eval: error: ...` line and exit status 2
-(`--debug`: its traceback instead).
+(`--debug`: its traceback instead). Compiled programs are cached in ~/.cache/ccq-jax/xla
+($XDG_CACHE_HOME/ccq-jax/xla); CCQ_JAX_COMPILATION_CACHE=off turns that off, =DIR moves it.
 """
 
 import argparse
 import sys
 
 from ccq_jax import checks as check
-from ccq_jax.cli import add_debug_flag, run_or_exit
+from ccq_jax.cli import add_debug_flag, run_or_exit, use_compilation_cache
 from ccq_jax.configlib import parse_overrides
 from eval.commands import COMMANDS
 from eval.runs import run_command
@@ -70,6 +71,7 @@ def _run(args: argparse.Namespace) -> int:
 def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    use_compilation_cache()
     return run_or_exit(parser, lambda: _run(args), args.debug)
 
 

@@ -11,10 +11,21 @@ that runs half the suite gathers tens of thousands of mappings; at the kernel's 
 (`vm.max_map_count`, 65530 by default) the next compile fails inside LLVM as a
 segmentation fault. Clearing JAX's caches after each test file frees them (the files
 share no compiled programs).
+
+The commands turn on a persistent compilation cache in the user's home (`ccq_jax.cli`); the
+suite runs them with it off (`CCQ_JAX_COMPILATION_CACHE=off`, inherited by the commands it
+starts as processes), so tests write nothing there.
 """
 
 import jax
 import pytest
+
+
+@pytest.fixture(autouse=True, scope="session")
+def no_compilation_cache_in_home():
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("CCQ_JAX_COMPILATION_CACHE", "off")
+        yield
 
 
 @pytest.fixture(autouse=True)

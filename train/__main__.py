@@ -7,6 +7,10 @@
 A user error (a bad or missing config, a workdir holding another run or not writable, a mesh
 that does not fit the devices) ends with one `ccq-train: error: ...` line and exit status 2;
 `--debug` shows its traceback instead.
+
+Compiled programs are cached in ~/.cache/ccq-jax/xla ($XDG_CACHE_HOME/ccq-jax/xla), so a rerun
+starts faster; CCQ_JAX_COMPILATION_CACHE=off turns that off, =DIR puts the cache in DIR, and
+JAX_COMPILATION_CACHE_DIR, if set, is used as it is.
 """
 
 import argparse
@@ -14,7 +18,7 @@ import json
 import pathlib
 import sys
 
-from ccq_jax.cli import add_debug_flag, run_or_exit, user_path
+from ccq_jax.cli import add_debug_flag, run_or_exit, use_compilation_cache, user_path
 from ccq_jax.configlib import parse_overrides
 from train.config import load_config, select_runs
 from train.metrics import plot_curves, read_metrics
@@ -88,6 +92,7 @@ def main(argv=None):
     p.add_argument("--no-progress", action="store_true")
     add_debug_flag(p)
     a = p.parse_args(argv)
+    use_compilation_cache()
     return run_or_exit(p, lambda: _run(a), a.debug)
 
 
