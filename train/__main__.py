@@ -24,8 +24,10 @@ from train.config import load_config, select_runs
 from train.metrics import plot_curves, read_metrics
 
 COLUMNS = (("name", "{}", 20), ("params", "{:,}", 10), ("steps", "{}", 6), ("final_loss", "{:.3f}", 10),
-           ("eval_loss", "{:.3f}", 9), ("eval_recall", "{:.1%}", 11), ("ccq_vs_backbone", "{:+.1f} pts", 15),
-           ("recall_90_at", "{}", 12))
+           ("eval_loss", "{:.3f}", 9), ("eval_recall", "{:.1%}", 11), ("eval_next_token_accuracy", "{:.1%}", 24),
+           ("ccq_vs_backbone", "{:+.1f} pts", 15), ("recall_90_at", "{}", 12))
+# held-out accuracies, a column each when some run has it: recall on a synthetic recall task, next-token on text
+ACCURACIES = ("eval_recall", "eval_next_token_accuracy")
 LEARNED = 0.9  # the training-batch recall whose first logged step is reported as recall_90_at
 
 
@@ -47,10 +49,11 @@ def compare(summaries, metrics) -> list[dict]:
 
 
 def table(summaries) -> str:
-    lines = ["  ".join(f"{name:>{width}s}" for name, _, width in COLUMNS)]
+    columns = [c for c in COLUMNS if c[0] not in ACCURACIES or any(c[0] in s for s in summaries)]
+    lines = ["  ".join(f"{name:>{width}s}" for name, _, width in columns)]
     for s in summaries:
-        cells = [fmt.format(s[name]) if name in s else "-" for name, fmt, _ in COLUMNS]
-        lines.append("  ".join(f"{c:>{w}s}" for c, (_, _, w) in zip(cells, COLUMNS)))
+        cells = [fmt.format(s[name]) if name in s else "-" for name, fmt, _ in columns]
+        lines.append("  ".join(f"{c:>{w}s}" for c, (_, _, w) in zip(cells, columns)))
     return "\n".join(lines)
 
 

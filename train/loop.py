@@ -10,11 +10,18 @@ a call ends early at a checkpoint and at the last step, SIGTERM is looked at bet
 and every step's metrics come back, so logging and the non-finite checks stay per step.
 Synthetic tasks make their batches on the device; host batches of a call are stacked and sent
 while the call before runs.
+
+Before anything compiles, the workdir must take a file and hold `keep_checkpoints` checkpoints
+(parameters and optimizer state each). At the end, the held-out evaluation goes to the summary
+and, as `eval/...` scalars at the last step, to metrics.jsonl and TensorBoard. The accuracy at
+the scored positions is `recall` on the synthetic recall tasks and `next_token_accuracy` on text,
+where every target is scored.
 """
 
 import contextlib
 import dataclasses
 import pathlib
+import shutil
 import signal
 import tempfile
 import time
@@ -34,11 +41,12 @@ from ccq_jax.progress import progress as progress_bar
 from train.checkpoint import Checkpointer, resume_conflicts
 from train.config import TrainConfig
 from train.data import build_pipeline
+from train.data.config import SYNTHETIC_SOURCES
 from train.metrics import MetricsWriter, ReadRates, plot_curves, read_metrics
 from train.optim import learning_rate, make_optimizer
 from train.sharding import host_batch_to_global, initialize_distributed, make_mesh, replicated
-from train.step import (compile_eval_step, compile_synthetic_eval, compile_train_calls, init_state, make_eval_step,
-                        make_train_step)
+from train.step import (abstract_state, compile_eval_step, compile_synthetic_eval, compile_train_calls, init_state,
+                        make_eval_step, make_train_step)
 
 PEAK_TFLOPS = {"H200": 989.0, "H100": 989.0, "A100": 312.0}  # dense bf16, per device
 
@@ -112,15 +120,28 @@ def _eval_totals(eval_step, state, cfg: TrainConfig, mesh) -> dict:
     return totals
 
 
+def accuracy_name(cfg: TrainConfig) -> str:
+    """What the accuracy at the scored positions is: "recall" on a synthetic recall task (the recalled values),
+    "next_token_accuracy" on text (every target is scored)."""
+    return "recall" if cfg.data.source in SYNTHETIC_SOURCES else "next_token_accuracy"
+
+
 def evaluate(eval_step, state, cfg: TrainConfig, mesh) -> dict:
-    """Loss and recall accuracy on `eval_batches` held-out batches (the data config with another seed)."""
+    """Loss and accuracy (`eval_recall` or `eval_next_token_accuracy`, `accuracy_name`) on `eval_batches` held-out
+    batches (the data config with another seed)."""
     if not cfg.eval_batches:
         return {}
     totals = _eval_totals(eval_step, state, cfg, mesh)
     result = {"eval_loss": totals["loss_sum"] / max(totals["tokens"], 1.0)}
     if totals["recall_scored"]:
-        result["eval_recall"] = totals["recall_correct"] / totals["recall_scored"]
+        result[f"eval_{accuracy_name(cfg)}"] = totals["recall_correct"] / totals["recall_scored"]
     return result
+
+
+def eval_scalars(results: dict) -> dict:
+    """The summary's evaluation keys (`eval_loss`, ..., `read_lambda`, ...) as namespaced scalars to log (`eval/loss`,
+    `eval/read_lambda`, ...)."""
+    return {f"eval/{key.removeprefix('eval_')}": value for key, value in results.items()}
 
 
 READ_ROWS = 16  # held-out rows the read's engagement is measured on
@@ -163,8 +184,10 @@ class _Reporter:
     A call's metrics are read once the next call is queued, so the device never waits for the host.
     """
 
-    def __init__(self, cfg: TrainConfig, writer: MetricsWriter, bar, n_params: int, start: int):
+    def __init__(self, cfg: TrainConfig, writer: MetricsWriter, bar, n_params: int, start: int, resumed: str = ""):
+        """resumed: what a non-finite first step says of the checkpoint it resumed from ("": not resumed)."""
         self.cfg, self.writer, self.bar = cfg, writer, bar
+        self.start, self.resumed = start, resumed
         self.lr = learning_rate(cfg.optim, cfg.steps)
         self.flops_per_token = 6 * n_params
         self.peak = _peak_flops(cfg) * jax.device_count()
@@ -199,8 +222,12 @@ class _Reporter:
             step, done = first + i, first + i + 1
             if not m["finite"][i]:
                 message = f"step {step}: loss or gradient norm is not finite (loss={float(m['loss'][i])})"
+                if step == self.start and self.resumed:  # a damaged checkpoint, not a diverging run
+                    message, advice = f"{message}, {self.resumed}", ""
+                else:
+                    advice = "; stopping (set on_nan=skip to skip such steps)"
                 if self.cfg.on_nan == "stop":
-                    raise NonFiniteLoss(message + "; stopping (set on_nan=skip to skip such steps)")
+                    raise NonFiniteLoss(message + advice)
                 tqdm.write(message + "; step skipped")
             if done % self.cfg.log_every == 0 or done == self.cfg.steps:
                 row = {"loss": m["loss"][i], "grad_norm": m["grad_norm"][i], "lr": float(self.lr(step)),
@@ -208,7 +235,7 @@ class _Reporter:
                 if self.peak:
                     row["mfu"] = self.flops_per_token * tokens_per_s / self.peak
                 if m["recall_scored"][i]:
-                    row["recall"] = m["recall_correct"][i] / m["recall_scored"][i]
+                    row[accuracy_name(self.cfg)] = m["recall_correct"][i] / m["recall_scored"][i]
                 self.writer.write(done, row)
                 self.bar.set_postfix(loss=f"{row['loss']:.3f}", tok_s=f"{tokens_per_s:,.0f}", refresh=False)
         self.final = {"final_loss": float(m["loss"][n - 1])}
@@ -241,10 +268,40 @@ def check_writable(workdir: pathlib.Path) -> None:
         raise ValueError(f"workdir: cannot write to {workdir}: {err.strerror or err}") from err
 
 
+def _gib(n: float) -> str:
+    return f"{n / 2**30:.2f} GiB"
+
+
+def check_free_space(workdir: pathlib.Path, state_bytes: int, keep: int) -> None:
+    """ValueError naming `workdir` unless its disk has room for `keep` checkpoints of `state_bytes` each (parameters
+    and optimizer state; the checkpoints already in <workdir>/checkpoints count as room, a resumed run replaces
+    them). A modest estimate, found before compiling rather than at the first checkpoint."""
+    held = sum(p.stat().st_size for p in (workdir / "checkpoints").rglob("*") if p.is_file())
+    needed = state_bytes * max(keep, 1) - held
+    free = shutil.disk_usage(workdir).free
+    if free < needed:
+        raise ValueError(f"workdir: {workdir} has {_gib(free)} free; keep_checkpoints={keep} checkpoints of "
+                         f"{_gib(state_bytes)} each (parameters and optimizer state) need about {_gib(needed)} more "
+                         f"than its checkpoints hold; free some space, lower keep_checkpoints or use another workdir")
+
+
+def resumed_note(directory: pathlib.Path, step: int, kept) -> str:
+    """What a non-finite first step after resuming from checkpoint `step` in `directory` says: that checkpoint may be
+    damaged, and the way to the previous of the `kept` steps."""
+    earlier = [s for s in kept if s < step]
+    way = (f"move {directory / str(step)} out of {directory} (e.g. to {directory.parent / 'damaged-checkpoints'}) to "
+           f"resume from step {max(earlier)}, the previous kept one" if earlier else
+           "no earlier step is kept; train again in a new workdir")
+    return (f"the first step after resuming from checkpoint step {step} in {directory}; that checkpoint may be "
+            f"damaged: {way}")
+
+
 def _train(cfg: TrainConfig, workdir: pathlib.Path, progress: bool, preempted: _Preempted) -> dict:
     begin = time.perf_counter()
     check_writable(workdir)
-    with contextlib.ExitStack() as cleanup:  # closed on every way out: a normal end, SIGTERM, an error, on_nan=stop
+    # each closed on every way out: a normal end, SIGTERM, an error, on_nan=stop; `logs` (the metrics writer) last,
+    # after the evaluation is logged
+    with contextlib.ExitStack() as logs, contextlib.ExitStack() as cleanup:
         ckpt = Checkpointer(workdir / "checkpoints", max_to_keep=cfg.keep_checkpoints,
                             async_save=cfg.async_checkpoint)
         cleanup.callback(ckpt.close)  # closed last: waits for the last save
@@ -260,6 +317,9 @@ def _train(cfg: TrainConfig, workdir: pathlib.Path, progress: bool, preempted: _
         pipeline = build_pipeline(cfg.data)
         mcfg = model_config(cfg, pipeline.vocab_size)
         optimizer = make_optimizer(cfg.optim, cfg.steps)
+        abstract = abstract_state(mcfg, optimizer, mesh)[2]
+        check_free_space(workdir, sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(abstract)),
+                         cfg.keep_checkpoints)
         graphdef, others, state = init_state(mcfg, optimizer, mesh, cfg.seed)
         step_fn = make_train_step(graphdef, others, optimizer, grad_accum=cfg.grad_accum,
                                   skip_nonfinite=cfg.on_nan == "skip", loss_chunk_len=cfg.loss_chunk_len)
@@ -273,8 +333,7 @@ def _train(cfg: TrainConfig, workdir: pathlib.Path, progress: bool, preempted: _
         if it is not None:
             cleanup.callback(it.close)
         if resume is not None:
-            abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, state)
-            state = ckpt.restore(resume, abstract, it)
+            state = ckpt.restore(resume, jax.tree.map(ocp.utils.to_shape_dtype_struct, state), it)
         start = int(state.step)
         main_process = jax.process_index() == 0
         if main_process:
@@ -282,10 +341,11 @@ def _train(cfg: TrainConfig, workdir: pathlib.Path, progress: bool, preempted: _
                   f"mesh {dict(mesh.shape)} (set up in {time.perf_counter() - begin:.0f} s)", flush=True)
 
         writer = MetricsWriter(workdir, enabled=main_process, start_step=start)
-        cleanup.callback(writer.close)  # an open tensorboardX writer aborts the process at exit (SIGABRT)
+        logs.callback(writer.close)  # an open tensorboardX writer aborts the process at exit (SIGABRT)
         bar = progress_bar(total=cfg.steps, initial=start, desc=cfg.name, disable=not progress or not main_process)
         cleanup.callback(bar.close)
-        report = _Reporter(cfg, writer, bar, n_params, start)
+        resumed = "" if resume is None else resumed_note(ckpt.directory, start, ckpt.manager.all_steps())
+        report = _Reporter(cfg, writer, bar, n_params, start, resumed)
         step = start
         while step < cfg.steps:
             n = _call_length(cfg, step)
@@ -308,15 +368,18 @@ def _train(cfg: TrainConfig, workdir: pathlib.Path, progress: bool, preempted: _
                 writer.flush()
         report.flush()
         stepped = time.perf_counter()
-        cleanup.close()  # the bar, the metrics writer, the iterator, then the checkpointer's last save
-    if main_process:
-        print(f"{cfg.name}: at step {int(state.step)} after {stepped - begin:.0f} s; checkpoints written "
-              f"{time.perf_counter() - stepped:.0f} s later", flush=True)
-    summary = {"name": cfg.name, "model": cfg.model, "seed": cfg.seed, "params": n_params, "steps": int(state.step),
-               "preempted": preempted.flag, **report.final}
-    if int(state.step) == cfg.steps:
-        summary.update(evaluate(eval_step, state, cfg, mesh))
-        summary.update(read_summary(graphdef, others, state, cfg))
+        cleanup.close()  # the bar, the iterator, then the checkpointer's last save
         if main_process:
-            plot_curves({cfg.name: read_metrics(writer.path)}, workdir / "loss.png", title=f"{cfg.name}: training loss")
+            print(f"{cfg.name}: at step {int(state.step)} after {stepped - begin:.0f} s; checkpoints written "
+                  f"{time.perf_counter() - stepped:.0f} s later", flush=True)
+        summary = {"name": cfg.name, "model": cfg.model, "seed": cfg.seed, "params": n_params,
+                   "steps": int(state.step), "preempted": preempted.flag, **report.final}
+        if int(state.step) == cfg.steps:
+            results = {**evaluate(eval_step, state, cfg, mesh), **read_summary(graphdef, others, state, cfg)}
+            if results:
+                writer.write(cfg.steps, eval_scalars(results))
+            summary.update(results)
+            if main_process:
+                plot_curves({cfg.name: read_metrics(writer.path)}, workdir / "loss.png",
+                            title=f"{cfg.name}: training loss")
     return summary

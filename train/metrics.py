@@ -4,7 +4,9 @@ and the loss-curve PNG drawn at the end.
 A resumed run redoes the steps after its checkpoint: the writer, told the step it starts from,
 drops the rows of later steps from `metrics.jsonl` (rewritten atomically, with any line a killed
 run left half-written) and has TensorBoard discard its events from that step on (`purge_step`),
-so every step has one row and the loss curve runs forwards.
+so every step has one row and the loss curve runs forwards. The end-of-run evaluation is a row of
+`eval/...` scalars at the last step; a run resumed from its last step evaluates again, so that row
+is dropped too.
 """
 
 import json
@@ -16,9 +18,15 @@ import time
 import numpy as np
 
 
+def is_eval_row(row: dict) -> bool:
+    """Whether a metrics row holds the end-of-run evaluation (`eval/...` scalars) rather than a training step's."""
+    return any(key.startswith("eval/") for key in row)
+
+
 def keep_rows_through(path: pathlib.Path, step: int) -> None:
-    """Rewrite the metrics file `path` (if any) with only its rows of steps <= `step`, atomically (a temporary file
-    renamed over it); a line that does not parse (cut off by a kill) is dropped too."""
+    """Rewrite the metrics file `path` (if any) with only its rows of steps <= `step`, less an evaluation row of
+    `step` itself (the resumed run evaluates again), atomically (a temporary file renamed over it); a line that
+    does not parse (cut off by a kill) is dropped too."""
     if not path.exists():
         return
     lines = path.read_text().splitlines()
@@ -28,7 +36,8 @@ def keep_rows_through(path: pathlib.Path, step: int) -> None:
             row = json.loads(line)
         except json.JSONDecodeError:
             continue
-        if isinstance(row, dict) and row.get("step", step + 1) <= step:
+        if isinstance(row, dict) and row.get("step", step + 1) <= step \
+                and not (row["step"] == step and is_eval_row(row)):
             kept.append(line)
     if kept == lines:
         return
