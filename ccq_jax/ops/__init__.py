@@ -18,12 +18,15 @@ document at position 0 only. `context_axis` splits one sequence across the devic
 `read` (`ReadPolicy`, names in `READS`) picks how the CCQ ops turn q into q_clean with Sigma_t: the paper's
 first-order read (the default), a Neumann series or conjugate gradient on (I + lam Sigma) x = q; the XLA
 forms run every policy, the kernels the first-order read. `covariance_apply` is the product Sigma_t x_t itself.
+Range checks on values (g <= 0, beta, lam, counts) run on eager calls and are skipped under `jax.jit`;
+`checked(fn)` runs them inside jit too, as `jax.experimental.checkify` checks (`checking.py`).
 `doc_ids` turns segment ids into the monotone document index the forms use; `l2_normalize` is fla's
 key normalisation (the gated delta rule's `use_qk_l2norm`); `ccq_keys` the fp32 (normalised) keys the
 CCQ statistics are built from. Each op's package under `ccq_jax.ops.src` holds its API, reference forms
 and kernel backends.
 """
 
+from ccq_jax.ops.checking import checked
 from ccq_jax.ops.numerics import ccq_keys, doc_ids, l2_normalize
 from ccq_jax.ops.registry import IMPLS, KERNELS, REFERENCES
 from ccq_jax.ops.src.ccq_gated_delta_rule.api import ccq_gated_delta_rule
@@ -35,5 +38,5 @@ from ccq_jax.ops.types import READS, CCQStats, ReadPolicy
 from pallas_kernels.tiles import KernelConfig
 
 __all__ = ["CCQStats", "IMPLS", "KERNELS", "KernelConfig", "READS", "REFERENCES", "ReadPolicy",
-           "ccq_gated_delta_rule", "ccq_gla", "ccq_keys", "ccq_query", "covariance_apply", "doc_ids",
+           "ccq_gated_delta_rule", "ccq_gla", "ccq_keys", "ccq_query", "checked", "covariance_apply", "doc_ids",
            "gated_delta_rule", "gla", "l2_normalize"]

@@ -2,7 +2,8 @@
 
 Shape and dtype checks always run. Range checks (g <= 0, beta in [0, 2], lam in [0, 1] or >= 0,
 count >= 0) need values, so they run when the array is concrete (eager calls) and are
-skipped under `jax.jit` tracing, where no value exists yet.
+skipped under `jax.jit` tracing, where no value exists yet, unless the trace runs under
+`ccq_jax.ops.checked` (`checking.py`): then they are `checkify` checks in the program.
 """
 
 import numbers
@@ -10,7 +11,9 @@ import numbers
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.experimental import checkify
 
+from ccq_jax.ops.checking import traced_checks_on
 from ccq_jax.ops.numerics import doc_ids
 from ccq_jax.ops.types import READS, CCQStats, ReadPolicy
 
@@ -38,20 +41,25 @@ def shaped(name, x, expected, letters):
     return x
 
 
+def _inside(x, lo, hi):
+    """Where the NumPy or JAX array x lies in [lo, hi] (a bound of None: unbounded); never where x is NaN."""
+    return (x >= (-np.inf if lo is None else lo)) & (x <= (np.inf if hi is None else hi))
+
+
 def in_range(name, x, lo, hi, meaning):
-    """Values of x must lie in [lo, hi] (either bound may be None); checked only on concrete arrays."""
+    """Values of x must lie in [lo, hi] (either bound may be None); checked on concrete arrays, and on traced ones
+    as a checkify check under `ccq_jax.ops.checked`."""
+    expected = f"{name}: expected values in [{lo if lo is not None else '-inf'}, {hi if hi is not None else 'inf'}] " \
+               f"({meaning}); found"
     if isinstance(x, jax.core.Tracer):
+        if traced_checks_on():
+            ok = jnp.ravel(_inside(x, lo, hi))
+            checkify.check(jnp.all(ok), expected + " {bad}", bad=jnp.ravel(x)[jnp.argmin(ok)])
         return
     arr = np.asarray(jax.device_get(x), dtype=np.float64)
-    ok = np.ones(arr.shape, bool)
-    if lo is not None:
-        ok &= arr >= lo
-    if hi is not None:
-        ok &= arr <= hi
+    ok = _inside(arr, lo, hi)
     if not ok.all():
-        bad = arr[~ok].flat[0]
-        bounds = f"[{lo if lo is not None else '-inf'}, {hi if hi is not None else 'inf'}]"
-        raise ValueError(f"{name}: expected values in {bounds} ({meaning}); found {bad}")
+        raise ValueError(f"{expected} {arr[~ok].flat[0]}")
 
 
 def qkv(q, k, v=None):
