@@ -29,7 +29,7 @@ from ccq_jax.checkpoint_manifest import verified_step, write_manifest
 # dotted config keys (and their sub-keys) a resumed run may change
 MAY_CHANGE_ON_RESUME = ("name", "mesh", "log_every", "steps_per_call", "eval_batches", "checkpoint_every",
                         "keep_checkpoints", "async_checkpoint", "on_nan", "on_damaged_checkpoint", "peak_tflops", "loss_chunk_len",
-                        "data.read_threads", "data.prefetch_batches")
+                        "checks", "data.read_threads", "data.prefetch_batches")
 
 
 def _flat(config: dict, prefix: str = "") -> dict:

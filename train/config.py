@@ -39,6 +39,9 @@ class TrainConfig:
     on_damaged_checkpoint: Literal["stop", "previous"] = "stop"
     peak_tflops: float = 0.0  # per device, for MFU; 0 = the device's known peak or no MFU
     loss_chunk_len: int = 0  # positions per slice of the LM head + loss (train.loss); 0 = all at once
+    # the ops' range checks (gates, lambda, counts): "eager" on concrete values only (skipped inside the jitted
+    # step); "checkify" inside the step too (ccq_jax.ops.checked), a debugging run's check read after every call
+    checks: Literal["eager", "checkify"] = "eager"
 
     def __post_init__(self):
         configlib.check_field_types(self)

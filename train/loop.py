@@ -326,7 +326,7 @@ def _train(cfg: TrainConfig, workdir: pathlib.Path, progress: bool, preempted: _
         eval_step = compile_eval_step(make_eval_step(graphdef, others, cfg.loss_chunk_len), state, mesh)
         synthetic = pipeline.synthetic
         run_call = compile_train_calls(step_fn, state, mesh, cfg.steps_per_call,
-                                       synthetic.batch if synthetic is not None else None)
+                                       synthetic.batch if synthetic is not None else None, cfg.checks)
         n_params = count_params(mcfg)
 
         it = iter(pipeline.dataset) if synthetic is None else None

@@ -10,6 +10,10 @@ Gradient accumulation scans over microbatches; the loss is the mean next-token N
 `loss_mask` (targets never cross documents, so packed batches are handled by the data and the
 model's `segment_ids`), optionally formed a slice of positions at a time (`loss_chunk_len`,
 `train.loss`).
+
+With `checks="checkify"` the train calls run under `ccq_jax.ops.checked`: the ops' range checks
+(gates, lambda, counts), skipped inside a jitted program otherwise, are checked there too, and a
+failed one is raised after the call, naming the argument (a debugging run: one host wait per call).
 """
 
 from typing import NamedTuple
@@ -19,6 +23,7 @@ import jax.numpy as jnp
 import optax
 from flax import nnx
 
+from ccq_jax import ops
 from ccq_jax.models import CausalLM, abstract_model
 from train.loss import loss_sums
 from train.sharding import batch_sharding, replicated, sequence_runs, split_sequences, state_shardings
@@ -117,16 +122,26 @@ def make_eval_step(graphdef, others, loss_chunk_len: int = 0):
     return evaluate
 
 
-def _jit_on(mesh, fn, **jit_options):
+def _jit_on(mesh, fn, checks="eager", **jit_options):
     """`jax.jit` of `fn` traced with `mesh` as the current mesh, so the ops' kernels run on each device's slice
     (`ccq_jax.ops.per_device`). Only the steps trace under it: NNX would shard a model built there by its logical
-    axis names."""
+    axis names. checks="checkify": `fn` under `ccq_jax.ops.checked`, its error (replicated) raised after each call."""
 
     def on_mesh(*args):
         with jax.sharding.use_abstract_mesh(mesh.abstract_mesh):
             return fn(*args)
 
-    return jax.jit(on_mesh, **jit_options)
+    if checks == "eager":
+        return jax.jit(on_mesh, **jit_options)
+    jitted = jax.jit(ops.checked(on_mesh), **{**jit_options,
+                                              "out_shardings": (replicated(mesh), jit_options["out_shardings"])})
+
+    def checked_call(*args):
+        error, out = jitted(*args)
+        error.throw()
+        return out
+
+    return checked_call
 
 
 def _shardings(state: TrainState):
@@ -157,13 +172,14 @@ def _calls(train_step, steps_per_call: int, batch_of):
     return call
 
 
-def compile_train_calls(train_step, state: TrainState, mesh, steps_per_call: int, make_batch=None):
+def compile_train_calls(train_step, state: TrainState, mesh, steps_per_call: int, make_batch=None, checks="eager"):
     """jit a call of up to `steps_per_call` train steps (its state donated), compiled once for any n <= steps_per_call.
 
     With `make_batch` (step -> global batch, jittable: `train.data.synthetic`) the call is
     `call(state, n)` and makes its batches on the device; without, it is `call(state, n, batches)`
     with host batches stacked on a leading axis of length steps_per_call (the first n are used).
-    Returns metrics of every step stacked [steps_per_call] (replicated).
+    Returns metrics of every step stacked [steps_per_call] (replicated). checks="checkify": the ops' range checks
+    run in the call, a failed one raised after it (`ccq_jax.ops.checked`).
     """
     state_sh = _shardings(state)
     batch_sh = batch_sharding(mesh)
@@ -171,12 +187,13 @@ def compile_train_calls(train_step, state: TrainState, mesh, steps_per_call: int
     if make_batch is not None:
         batch_of = lambda s, i, _: jax.lax.with_sharding_constraint(make_batch(s.step), batch_sh)
         call = _calls(train_step, steps_per_call, batch_of)
-        return _jit_on(mesh, lambda state, n: call(state, n, None), in_shardings=(state_sh, n_sh),
+        return _jit_on(mesh, lambda state, n: call(state, n, None), checks, in_shardings=(state_sh, n_sh),
                        out_shardings=(state_sh, replicated(mesh)), donate_argnums=0)
     stacked_sh = batch_sharding(mesh, stacked=True)
     batch_of = lambda s, i, batches: jax.tree.map(lambda x: x[i], batches)
-    return _jit_on(mesh, _calls(train_step, steps_per_call, batch_of), in_shardings=(state_sh, n_sh, stacked_sh),
-                   out_shardings=(state_sh, replicated(mesh)), donate_argnums=0)
+    return _jit_on(mesh, _calls(train_step, steps_per_call, batch_of), checks,
+                   in_shardings=(state_sh, n_sh, stacked_sh), out_shardings=(state_sh, replicated(mesh)),
+                   donate_argnums=0)
 
 
 def compile_synthetic_eval(eval_step, state: TrainState, mesh, make_batch, num_batches: int):
