@@ -1,6 +1,7 @@
 """Hub-key MQAR: a recall task where the CCQ read has a lever its backbone lacks, with its isotropic control.
 
     python -m study.hub_mqar run --out results/hub_mqar/runs.jsonl [--families gla,ccq-gla] [--steps 3000]
+        [--seq-len 256 --pairs 64 --needles 16 --batch 128] [--hubs 1,2,4,48] [--seeds 0,1,2]
     python -m study.hub_mqar table results/hub_mqar/runs.jsonl --plot results/hub_mqar/needle_accuracy.png
 
 The task (`MQARConfig.hub_keys`, train/data/synthetic.py): T = 256 tokens, 64 key-value pairs in a random
@@ -20,7 +21,8 @@ Every (m, seed, learning rate) of a family trains side by side in one compiled p
 is seed s + `HELD_OUT_SEED_OFFSET` of the same condition. Per member one JSON line: needle accuracy on
 `TEST_EXAMPLES` test examples, with CCQ as trained and with CCQ off (`ccq.mode = "off"`, same weights), the
 final training loss, and for CCQ models the read's engagement (`ccq_jax.engagement`) on 64 test rows, the needle queries
-as positions. A family already in `--out` at the same steps is skipped, so an interrupted run resumes.
+as positions. A family already in `--out` at the same steps and task shape is skipped, so an interrupted run
+resumes. The task's shape (T, pairs, needles, batch) defaults to the constants below and is a row's fields.
 """
 
 from __future__ import annotations
@@ -69,11 +71,22 @@ FAMILIES = {  # name: (the preset family, CCQ overrides)
 }
 
 
-def run_config(family: str, steps: int, impl: str, seq_len: int = SEQ_LEN, batch: int = BATCH) -> TrainConfig:
+@dataclasses.dataclass(frozen=True)
+class Shape:
+    """The task's sequence length, pairs, needles (the rest are distractors) and rows per member and step."""
+
+    seq_len: int = SEQ_LEN
+    pairs: int = PAIRS
+    needles: int = NEEDLES
+    batch: int = BATCH
+
+
+def run_config(family: str, steps: int, impl: str, shape: Shape = Shape()) -> TrainConfig:
     """The training run of one family (the data's seed and m are set per member)."""
     base, ccq = FAMILIES[family]
-    data = DataConfig(source="mqar", seq_len=seq_len, batch_size=batch,
-                      mqar=MQARConfig(vocab_size=VOCAB, num_kv_pairs=PAIRS, num_needles=NEEDLES, hub_keys=1,
+    data = DataConfig(source="mqar", seq_len=shape.seq_len, batch_size=shape.batch,
+                      mqar=MQARConfig(vocab_size=VOCAB, num_kv_pairs=shape.pairs, num_needles=shape.needles,
+                                      hub_keys=1,
                                       power_a=0.01, random_non_queries=False, num_examples=100_000))
     optim = OptimConfig(lr=1.0, warmup_steps=min(100, steps // 10), schedule="cosine", min_lr_ratio=0.1,
                         weight_decay=0.1, grad_clip=1.0)
@@ -100,10 +113,10 @@ class Members:
                 [lr for *_, lr in rows])
 
 
-def train_family(family: str, members: Members, steps: int, impl: str, steps_per_call: int = 100,
-                 test_examples: int = TEST_EXAMPLES, **shape) -> list[dict]:
+def train_family(family: str, members: Members, steps: int, impl: str, shape: Shape = Shape(),
+                 steps_per_call: int = 100, test_examples: int = TEST_EXAMPLES) -> list[dict]:
     """Train every member of one family side by side; one result dict per member (`Members.rows` order)."""
-    cfg = run_config(family, steps, impl, **shape)
+    cfg = run_config(family, steps, impl, shape)
     mesh = make_mesh(cfg.mesh)
     data = SyntheticBatches(cfg.data)
     mcfg = model_config(cfg, data.vocab_size)
@@ -160,20 +173,26 @@ def _engagement(graphdef, others, state, batch, count) -> list[dict]:
     return out
 
 
+def shape_of(row) -> Shape:
+    """A row's task shape (rows written before the shape was recorded have the defaults)."""
+    return Shape(**{f.name: row.get(f.name, f.default) for f in dataclasses.fields(Shape)})
+
+
 def _done(out: pathlib.Path) -> set:
     rows = [json.loads(line) for line in out.read_text().splitlines() if line.strip()] if out.exists() else []
-    return {(r["family"], r["steps"]) for r in rows}
+    return {(r["family"], r["steps"], shape_of(r)) for r in rows}
 
 
-def run(out: pathlib.Path, families, members: Members, steps: int, impl: str) -> int:
-    """Train every family not yet in `out` at `steps`, appending its members' rows; returns how many trained."""
+def run(out: pathlib.Path, families, members: Members, steps: int, impl: str, shape: Shape = Shape()) -> int:
+    """Train every family not yet in `out` at `steps` and `shape`, appending its members' rows; returns how many
+    trained."""
     out.parent.mkdir(parents=True, exist_ok=True)
-    todo = [f for f in families if (f, steps) not in _done(out)]
+    todo = [f for f in families if (f, steps, shape) not in _done(out)]
     for family in todo:
-        rows = train_family(family, members, steps, impl)
+        rows = train_family(family, members, steps, impl, shape)
         with out.open("a") as f:
             for row in rows:
-                f.write(json.dumps({"family": family, "steps": steps, "impl": impl,
+                f.write(json.dumps({"family": family, "steps": steps, "impl": impl, **dataclasses.asdict(shape),
                                     "device": jax.devices()[0].device_kind, **row}) + "\n")
         print(summary_line(family, rows), flush=True)
     return len(todo)
@@ -236,9 +255,11 @@ def plot(rows, path: pathlib.Path) -> pathlib.Path:
         line, = ax.plot(hubs, [np.mean(per[m]) for m in hubs], marker="o", label=family)
         for m in hubs:
             ax.scatter([m] * len(per[m]), per[m], s=10, color=line.get_color(), alpha=0.5)
-    ax.set(xscale="log", xlabel=f"hub keys m ({PAIRS - NEEDLES}: every distractor its own key)",
+    shape = shape_of(rows[0])
+    distractors = shape.pairs - shape.needles
+    ax.set(xscale="log", xlabel=f"hub keys m ({distractors}: every distractor its own key)",
            ylabel="needle accuracy (%)",
-           title=f"Hub-key MQAR, T = {SEQ_LEN}, {NEEDLES} needles among {PAIRS - NEEDLES} distractor pairs")
+           title=f"Hub-key MQAR, T = {shape.seq_len}, {shape.needles} needles among {distractors} distractor pairs")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     fig.tight_layout()
@@ -266,7 +287,11 @@ def main(argv=None) -> int:
     go = sub.add_parser("run", help="train the families not yet in --out")
     go.add_argument("--out", required=True, type=pathlib.Path, help="JSON lines, appended")
     go.add_argument("--families", type=_families, default=tuple(FAMILIES))
-    go.add_argument("--hubs", type=_ints, default=HUBS)
+    go.add_argument("--hubs", type=_ints, default=None, help="m of each condition (default 1,2,4 and the control)")
+    go.add_argument("--seq-len", type=int, default=SEQ_LEN)
+    go.add_argument("--pairs", type=int, default=PAIRS)
+    go.add_argument("--needles", type=int, default=NEEDLES)
+    go.add_argument("--batch", type=int, default=BATCH, help="rows per member and step")
     go.add_argument("--seeds", type=_ints, default=SEEDS)
     go.add_argument("--steps", type=int, default=2000)
     go.add_argument("--impl", default="chunk", help="attn_impl of the linear models")
@@ -277,7 +302,9 @@ def main(argv=None) -> int:
     if a.command == "run":
         if a.steps < 1:
             p.error(f"--steps: expected >= 1, got {a.steps}")
-        run(a.out, a.families, Members(a.hubs, a.seeds, RATES), a.steps, a.impl)
+        shape = Shape(a.seq_len, a.pairs, a.needles, a.batch)
+        hubs = a.hubs or (1, 2, 4, a.pairs - a.needles)
+        run(a.out, a.families, Members(hubs, a.seeds, RATES), a.steps, a.impl, shape)
         return 0
     rows = [json.loads(line) for line in a.rows.read_text().splitlines() if line.strip()]
     print(table(rows))
