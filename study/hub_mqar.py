@@ -43,7 +43,7 @@ from ccq_jax.models.config import apply_overrides
 from ccq_jax.progress import progress
 from ccq_jax.engagement import read_engagement
 from study.mqar_sweep import (EVAL_BATCH, HELD_OUT_SEED_OFFSET, LEARNING_RATES, VOCAB, member_learning_rates,
-                              model_overrides, stack_members)
+                              model_overrides, names_argument, stack_members)
 from train.config import TrainConfig
 from train.data.config import DataConfig, MQARConfig
 from train.data.synthetic import SyntheticBatches
@@ -273,20 +273,12 @@ def _ints(text: str) -> tuple:
     return tuple(int(x) for x in text.split(",") if x)
 
 
-def _families(text: str) -> tuple:
-    names = tuple(x for x in text.split(",") if x)
-    for name in names:
-        if name not in FAMILIES:
-            raise argparse.ArgumentTypeError(f"expected names from {list(FAMILIES)}, got {name!r}")
-    return names
-
-
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
     go = sub.add_parser("run", help="train the families not yet in --out")
     go.add_argument("--out", required=True, type=pathlib.Path, help="JSON lines, appended")
-    go.add_argument("--families", type=_families, default=tuple(FAMILIES))
+    go.add_argument("--families", type=lambda t: names_argument(t, FAMILIES), default=tuple(FAMILIES))
     go.add_argument("--hubs", type=_ints, default=None, help="m of each condition (default 1,2,4 and the control)")
     go.add_argument("--seq-len", type=int, default=SEQ_LEN)
     go.add_argument("--pairs", type=int, default=PAIRS)

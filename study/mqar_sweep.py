@@ -234,7 +234,8 @@ def plot(rows, path: pathlib.Path) -> pathlib.Path:
     return path
 
 
-def _names(text: str, choices) -> tuple:
+def names_argument(text: str, choices) -> tuple:
+    """The comma-separated names of `text`, each one of `choices` (an argparse type)."""
     names = tuple(x for x in text.split(",") if x)
     for name in names:
         if name not in choices:
@@ -247,9 +248,9 @@ def main(argv=None) -> int:
     sub = p.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="train the cells not yet in --out")
     run.add_argument("--out", required=True, type=pathlib.Path, help="JSON lines, appended")
-    run.add_argument("--families", type=lambda t: _names(t, FAMILIES), default=FAMILIES)
+    run.add_argument("--families", type=lambda t: names_argument(t, FAMILIES), default=FAMILIES)
     run.add_argument("--widths", type=lambda t: tuple(int(x) for x in t.split(",")), default=WIDTHS)
-    run.add_argument("--cells", type=lambda t: _names(t, CELLS), default=tuple(CELLS))
+    run.add_argument("--cells", type=lambda t: names_argument(t, CELLS), default=tuple(CELLS))
     run.add_argument("--steps", type=int, default=2000)
     run.add_argument("--seed", type=int, default=0)
     run.add_argument("--impl", default="pallas", help="attn_impl of the linear models (chunk on a CPU)")
