@@ -15,7 +15,10 @@ LINEAR = [c for c in CASES if c != "transformer"]
 
 @pytest.mark.parametrize("case,impls", [(c, {}) for c in CASES] + [(c, {"decode_impl": "pallas"}) for c in LINEAR]
                          + [(c, {"head_impl": "pallas"}) for c in ("transformer", "ccq-gla")]
-                         + [("gla", {"decode_impl": "pallas", "interpret": True})])  # interpret: the step only
+                         + [("gla", {"decode_impl": "pallas", "interpret": True})]  # interpret: the step only
+                         + [(c, {"ccq.read": "cg", "ccq.iterations": 3, "ccq.lambda_max": 6.0})
+                            for c in ("ccq-gla", "ccq-gdn")]
+                         + [("ccq-gla", {"ccq.read": "neumann", "ccq.terms": 2})])
 def test_prefill_then_decode_reproduces_the_full_forward(case, impls):
     """Row 0 packs two documents (the second continues through decoding); rows 1 and 2 are one document each.
     decode_impl="pallas": the steps on the one-token kernels (`pallas_kernels.recurrent_step`, interpreted here);
