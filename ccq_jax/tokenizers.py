@@ -5,7 +5,9 @@ ids without special tokens (the training pipeline adds BOS/EOS); `vocab_size` is
 model's embedding needs (every id is below it). `spec` is a JSON-able description stored in
 the `ccq-prepare-data` manifest so that training can check that shards and tokenizer agree.
 `load_tokenizer(name, bos_token=..., eos_token=...)` takes the `tokenizer`, `bos_token` and
-`eos_token` fields of a data config ("byte" or the path of a tokenizer.json).
+`eos_token` fields of a data config ("byte" or the path of a tokenizer.json), or a folder holding a
+tokenizer that `save_tokenizer` wrote (a saved model's: tokenizer.json with a tokenizer_config.json naming its
+special tokens, or for the byte tokenizer a tokenizer_config.json naming it, `{"ccq_jax_tokenizer": "byte"}`).
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ VOCAB_MULTIPLE = 128
 _BOS_NAMES = ("<|begin_of_text|>", "<s>", "<bos>", "[CLS]", "<|startoftext|>")
 _EOS_NAMES = ("<|endoftext|>", "</s>", "<eos>", "<|end_of_text|>", "[SEP]", "<|im_end|>")
 _PAD_NAMES = ("<pad>", "[PAD]", "<|pad|>", "<|padding|>")
+TOKENIZER_JSON, TOKENIZER_CONFIG = "tokenizer.json", "tokenizer_config.json"
+BYTE_MARKER = "ccq_jax_tokenizer"  # the key of tokenizer_config.json that names the byte tokenizer
 
 
 class Tokenizer(Protocol):
@@ -37,6 +41,9 @@ class Tokenizer(Protocol):
         """`encode` of each text (HF tokenizers: in parallel, outside the GIL)."""
 
     def decode(self, ids) -> str: ...
+
+    def save(self, folder: Path) -> None:
+        """Its files in `folder` (see `save_tokenizer`)."""
 
     @property
     def spec(self) -> dict[str, Any]: ...
@@ -68,6 +75,16 @@ class ByteTokenizer:
     @property
     def spec(self) -> dict[str, Any]:
         return {"kind": BYTE_TOKENIZER, "vocab_size": self.vocab_size, "bos_id": self.bos_id, "eos_id": self.eos_id}
+
+    def save(self, folder: Path) -> None:
+        """tokenizer_config.json naming the byte tokenizer (no vocabulary file: it has none)."""
+        _write_json(folder / TOKENIZER_CONFIG, {BYTE_MARKER: BYTE_TOKENIZER, "bos_token_id": self.bos_id,
+                                                "eos_token_id": self.eos_id, "pad_token_id": self.pad_id})
+
+
+def _write_json(path: Path, data: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
 def _sidecar_token(path: Path, key: str) -> str | None:
@@ -129,6 +146,14 @@ class HFTokenizer:
     def decode(self, ids) -> str:
         return self._tok.decode([int(i) for i in np.asarray(ids)], skip_special_tokens=False)
 
+    def save(self, folder: Path) -> None:
+        """A copy of the tokenizer.json and a tokenizer_config.json naming the special tokens in use, so that the
+        folder's tokenizer has the same ids (BOS, EOS, PAD) whatever picked them here."""
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / TOKENIZER_JSON).write_bytes(self.path.read_bytes())
+        names = {"bos_token": self.bos_id, "eos_token": self.eos_id, "pad_token": self.pad_id}
+        _write_json(folder / TOKENIZER_CONFIG, {k: self._tok.id_to_token(i) for k, i in names.items() if i is not None})
+
     @property
     def spec(self) -> dict[str, Any]:
         return {
@@ -141,11 +166,35 @@ class HFTokenizer:
         }
 
 
+def save_tokenizer(tokenizer: Tokenizer, folder) -> None:
+    """`tokenizer`'s files in `folder`, which `load_tokenizer(folder)` reads back."""
+    tokenizer.save(Path(folder))
+
+
+def _saved_tokenizer(folder: Path, bos_token: str | None, eos_token: str | None) -> Tokenizer:
+    if (folder / TOKENIZER_JSON).is_file():
+        return HFTokenizer(str(folder / TOKENIZER_JSON), bos_token=bos_token, eos_token=eos_token)
+    config = folder / TOKENIZER_CONFIG
+    if config.is_file() and json.loads(config.read_text()).get(BYTE_MARKER) == BYTE_TOKENIZER:
+        return ByteTokenizer()
+    raise ValueError(f"tokenizer: the folder {str(folder)!r} holds no tokenizer; expected {TOKENIZER_JSON} or a "
+                     f"{TOKENIZER_CONFIG} with {BYTE_MARKER}: {BYTE_TOKENIZER!r} (as save_tokenizer writes)")
+
+
+def has_tokenizer(folder) -> bool:
+    """Whether `folder` holds tokenizer files (those of `save_tokenizer`, or a tokenizer.json)."""
+    folder = Path(folder)
+    return (folder / TOKENIZER_JSON).is_file() or (folder / TOKENIZER_CONFIG).is_file()
+
+
 def load_tokenizer(name: str = BYTE_TOKENIZER, *, bos_token: str | None = None,
                    eos_token: str | None = None) -> Tokenizer:
-    """The tokenizer `name` ("byte" or a tokenizer.json path); bos/eos_token: see `HFTokenizer`."""
+    """The tokenizer `name`: "byte", a tokenizer.json path or a folder `save_tokenizer` wrote; bos/eos_token: see
+    `HFTokenizer`."""
     if name == BYTE_TOKENIZER:
         return ByteTokenizer()
+    if Path(name).is_dir():
+        return _saved_tokenizer(Path(name), bos_token, eos_token)
     return HFTokenizer(name, bos_token=bos_token, eos_token=eos_token)
 
 

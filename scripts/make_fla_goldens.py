@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from ccq_jax.convert import load_fla_checkpoint, save_fla_checkpoint  # noqa: E402
-from ccq_jax.convert.files import write_json  # noqa: E402
+from ccq_jax.models.files import write_json  # noqa: E402
 from ccq_jax.convert.parity import logit_metrics, run_torch_side, torch_logits  # noqa: E402
 from ccq_jax.models import CausalLM, get_config  # noqa: E402
 

@@ -4,7 +4,7 @@
   (`ccq_jax.convert.fla`): fla / Hugging Face model folders, no torch needed for safetensors.
 - `config_from_fla`, `config_to_fla` (`ccq_jax.convert.config`): which fla fields map, which
   are required to hold a value, which are ignored.
-- `ccq_jax.convert.params`: the parameter names and layouts (the CCQ gate of layer i is written
+- `ccq_jax.models.state_dict`: the parameter names and layouts (the CCQ gate of layer i is written
   as `model.layers.{i}.attn.ccq.weight [H, K]` and `model.layers.{i}.attn.ccq.bias [H]`).
 - `ccq-convert` and `ccq-parity` (`ccq_jax.convert.cli`), parity metrics in `ccq_jax.convert.parity`.
 """

@@ -1,7 +1,9 @@
 """Console scripts `ccq-convert` (fla folder <-> ccq-jax folder) and `ccq-parity` (our logits vs PyTorch's).
 
+    ccq-convert export RUN OUT_DIR [--format fla|native] [--step N]   a training run or saved folder -> a folder
+                                                                     with its tokenizer and generation config
     ccq-convert from-fla FLA_DIR OUT_DIR [--set FIELD=VALUE ...]    fla / HF folder -> ccq-jax folder
-    ccq-convert to-fla JAX_DIR OUT_DIR [--max-shard-gb 5]            ccq-jax folder -> fla folder
+    ccq-convert to-fla JAX_DIR OUT_DIR [--max-shard-gb 5]            ccq-jax folder or training run -> fla folder
     ccq-parity --checkpoint FLA_DIR [--dtype bfloat16] [--torch-python PY]
     ccq-parity --preset gla-1.3b [--dtype bfloat16] [--seq-len 512]   random init, saved, then compared
 
@@ -22,6 +24,7 @@ import time
 from pathlib import Path
 
 from ccq_jax import configlib
+from ccq_jax.cli import add_debug_flag, run_or_exit
 
 
 def _overrides(parser, items):
@@ -31,32 +34,55 @@ def _overrides(parser, items):
         parser.error(str(err))
 
 
-def convert_main(argv=None) -> None:
+def _convert(args, overrides) -> int:
+    from ccq_jax.checkpoints import load_checkpoint
+    from ccq_jax.convert import fla, native
+    from ccq_jax.models.pretrained import save_pretrained, save_tokenizer_files
+
+    shard = None if args.max_shard_gb is None else int(args.max_shard_gb * 2**30)
+    if args.direction == "from-fla":
+        config, model = fla.load_fla_checkpoint(args.source, progress=True, **overrides)
+        native.save_model(model, args.target, max_shard_bytes=shard, progress=True)
+    elif args.direction == "to-fla":
+        config, model = native.load_model(args.source, progress=True)
+        fla.save_fla_checkpoint(model, args.target, max_shard_bytes=shard, progress=True)
+    else:
+        bundle = load_checkpoint(args.source, step=args.step, tokenizer=args.tokenizer)
+        config = bundle.model.config
+        if args.format == "fla":
+            fla.save_fla_checkpoint(bundle.model, args.target, max_shard_bytes=shard, progress=True)
+            save_tokenizer_files(args.target, bundle.tokenizer)
+        else:
+            save_pretrained(bundle.model, args.target, tokenizer=bundle.tokenizer, max_shard_bytes=shard,
+                            progress=True)
+    print(f"wrote {args.target} ({config.family}, {config.num_hidden_layers} layers, width {config.hidden_size})")
+    return 0
+
+
+def convert_main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="ccq-convert", description=__doc__.splitlines()[0])
+    add_debug_flag(parser)
     sub = parser.add_subparsers(dest="direction", required=True)
+    export = sub.add_parser("export", help="a training run (workdir) or a saved folder -> a model folder with its "
+                                           "tokenizer and generation_config.json")
     from_fla = sub.add_parser("from-fla", help="an fla / Hugging Face model folder -> a ccq-jax model folder")
-    to_fla = sub.add_parser("to-fla", help="a ccq-jax model folder -> an fla model folder")
-    for p in (from_fla, to_fla):
+    to_fla = sub.add_parser("to-fla", help="a ccq-jax model folder or a training run -> an fla model folder")
+    for p in (export, from_fla, to_fla):
         p.add_argument("source")
         p.add_argument("target")
     from_fla.add_argument("--set", dest="overrides", action="append", default=[], metavar="FIELD=VALUE",
                           help="override a config field of the result, e.g. --set chunk_size=32")
-    to_fla.add_argument("--max-shard-gb", type=float, default=None, help="write shards of at most this size")
+    export.add_argument("--format", choices=("fla", "native"), default="fla",
+                        help="fla: fla's config and names (fla's AutoModelForCausalLM loads it); native: "
+                             "CausalLM.save_pretrained's (exact, every config field)")
+    export.add_argument("--step", type=int, default=None, help="which saved step of a run (default: the latest)")
+    export.add_argument("--tokenizer", default=None,
+                        help="'byte' or a tokenizer.json instead of the run's (or the folder's) own")
+    for p in (export, from_fla, to_fla):
+        p.add_argument("--max-shard-gb", type=float, default=None, help="write shards of at most this size")
     args = parser.parse_args(argv)
-    from ccq_jax.convert import fla, native
-
-    try:
-        if args.direction == "from-fla":
-            config, model = fla.load_fla_checkpoint(args.source, progress=True,
-                                                    **_overrides(parser, args.overrides))
-            native.save_model(model, args.target, progress=True)
-        else:
-            config, model = native.load_model(args.source, progress=True)
-            shard = None if args.max_shard_gb is None else int(args.max_shard_gb * 2**30)
-            fla.save_fla_checkpoint(model, args.target, max_shard_bytes=shard, progress=True)
-    except ValueError as err:
-        sys.exit(f"ccq-convert: {err}")
-    print(f"wrote {args.target} ({config.family}, {config.num_hidden_layers} layers, width {config.hidden_size})")
+    overrides = _overrides(parser, args.overrides) if args.direction == "from-fla" else {}
+    return run_or_exit(parser, lambda: _convert(args, overrides), args.debug)
 
 
 def _parity_parser():

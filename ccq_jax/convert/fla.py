@@ -8,17 +8,16 @@ CCQ config as `ccq_gla` / `ccq_gated_deltanet` (the CCQ reference in `ccq_jax.to
 loads those): fla's config plus a `ccq` dict (`mode`, `fixed_lambda`, `centered`,
 `normalize_keys`, `gate_bias_init`) and fla's state_dict plus the gate of each layer,
 `model.layers.{i}.attn.ccq.weight [H, K]` and `model.layers.{i}.attn.ccq.bias [H]` (H: the
-state's heads, i.e. num_v_heads for Gated DeltaNet). Names and layouts: `ccq_jax.convert.params`;
+state's heads, i.e. num_v_heads for Gated DeltaNet). Names and layouts: `ccq_jax.models.state_dict`;
 config fields: `ccq_jax.convert.config`.
 """
 
 import re
 from pathlib import Path
 
-from ccq_jax.convert import files
 from ccq_jax.convert.config import config_from_fla, config_to_fla
-from ccq_jax.convert.params import from_state_dict, to_state_dict
-from ccq_jax.models import CausalLM, GLAConfig, ModelConfig
+from ccq_jax.models import CausalLM, GLAConfig, ModelConfig, abstract_model, files
+from ccq_jax.models.state_dict import from_state_dict, to_state_dict
 
 # fla's GLA layer calls its gated output norm `g_norm` instead of `g_norm_swish_gate` when fuse_norm is off
 _UNFUSED_GLA_NORM = re.compile(r"^(model\.layers\.\d+\.attn)\.g_norm\.weight$")
@@ -33,7 +32,7 @@ def load_fla_checkpoint(path, *, progress: bool = False, **overrides) -> tuple[M
     state_dict = files.read_state_dict(folder, progress=progress)
     if isinstance(config, GLAConfig) and config.use_output_gate and fla_config.get("fuse_norm") is False:
         state_dict = {_UNFUSED_GLA_NORM.sub(r"\1.g_norm_swish_gate.weight", k): v for k, v in state_dict.items()}
-    return config, from_state_dict(config, state_dict, progress=progress)
+    return config, from_state_dict(abstract_model(config), state_dict, progress=progress)
 
 
 def save_fla_checkpoint(model: CausalLM, path, *, max_shard_bytes: int | None = None, progress: bool = False) -> None:

@@ -1,32 +1,18 @@
-"""ccq-jax's own model folder: `config.json` (`ModelConfig.to_dict()`) + `params.safetensors`.
+"""ccq-jax's own model folder, the JAX side of `ccq-convert`: `CausalLM.save_pretrained`'s (config.json, the
+native `ModelConfig.to_dict()`, + model.safetensors named by parameter path, exact), read by the one loader
+`ccq_jax.models.pretrained.read_pretrained` (which also reads a ccq-train run)."""
 
-Tensors are named by their parameter paths in ccq-jax's layouts (`layers.0.attn.q_proj.kernel`
-[in, out], ...), so saving and loading are exact. `ccq-convert` reads and writes this format on
-the JAX side of a conversion.
-"""
-
-from pathlib import Path
-
-from safetensors.numpy import save_file
-
-from ccq_jax.convert import files
-from ccq_jax.convert.params import from_state_dict, native_rules, to_state_dict
-from ccq_jax.models import CausalLM, ModelConfig, config_from_dict
-
-PARAMS = "params.safetensors"
+from ccq_jax.models import CausalLM, ModelConfig
+from ccq_jax.models.pretrained import read_pretrained, save_pretrained
 
 
-def save_model(model: CausalLM, path, *, progress: bool = False) -> None:
-    folder = Path(path)
-    folder.mkdir(parents=True, exist_ok=True)
-    files.write_json(folder / files.CONFIG, model.config.to_dict())
-    save_file(to_state_dict(model, rules=native_rules, progress=progress), folder / PARAMS,
-              metadata={"format": "ccq-jax"})
+def save_model(model: CausalLM, path, *, max_shard_bytes: int | None = None, progress: bool = False) -> None:
+    """`model.save_pretrained(path)` (no tokenizer), in shards over max_shard_bytes, with a progress bar."""
+    save_pretrained(model, path, max_shard_bytes=max_shard_bytes, progress=progress)
 
 
-def load_model(path, *, progress: bool = False) -> tuple[ModelConfig, CausalLM]:
-    """(config, model) of a folder written by `save_model`."""
-    folder = Path(path)
-    config = config_from_dict(files.read_json(folder / files.CONFIG))
-    state_dict = files.read_safetensors(folder / PARAMS)
-    return config, from_state_dict(config, state_dict, rules=native_rules, progress=progress)
+def load_model(path, *, step: int | None = None, progress: bool = False) -> tuple[ModelConfig, CausalLM]:
+    """(config, model) of a folder written by `save_model` / `save_pretrained`, or of a ccq-train run (`step`:
+    which saved step, default the latest)."""
+    model = read_pretrained(CausalLM, path, step=step, progress=progress).model
+    return model.config, model

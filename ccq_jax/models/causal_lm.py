@@ -6,6 +6,8 @@ Module paths follow fla's state_dict without the `model.` prefix: `embeddings`,
 fp32 logits; with `cache=` it also returns the updated cache (prefill and decoding run this
 same forward; see `ccq_jax.inference`). `hidden_states`, `head` and `lm_logits` are the same
 forward in two parts, for losses that apply the head a slice of positions at a time.
+`save_pretrained(folder, tokenizer=...)` / `CausalLM.from_pretrained(folder_or_run, step=...)`: fla/HF's
+folder layout and ccq-train runs, through `ccq_jax.models.pretrained` (the one loader).
 """
 
 import jax
@@ -17,6 +19,7 @@ from ccq_jax.layers.params import linear, normal, sharded
 from ccq_jax.ops.lm_head import head_logits
 from ccq_jax.ops.validate import in_range
 from ccq_jax.models.config import GatedDeltaNetConfig, GLAConfig, ModelConfig, TransformerConfig
+from ccq_jax.models.pretrained import read_pretrained, save_pretrained
 
 
 def _mixer(cfg: ModelConfig, rngs: nnx.Rngs) -> nnx.Module:
@@ -108,6 +111,18 @@ class CausalLM(nnx.Module):
         if not config.tie_word_embeddings:
             self.lm_head = linear(config.hidden_size, config.vocab_size, ("embed", "vocab"), std=std, rngs=rngs,
                                   dtype=dt, param_dtype=pdt)
+
+    @classmethod
+    def from_pretrained(cls, path, *, step: int | None = None, **overrides) -> "CausalLM":
+        """The model of a folder written by `save_pretrained` or of a ccq-train run (its workdir, checkpoints/ or a
+        step's folder; `step`: which saved step, default the latest). `overrides` change config fields that keep
+        the parameters (e.g. attn_impl="recurrent", dtype="bfloat16"). Relative paths are the working directory's."""
+        return read_pretrained(cls, path, step=step, overrides=overrides).model
+
+    def save_pretrained(self, path, *, tokenizer=None) -> None:
+        """Write config.json and model.safetensors (and, given a `ccq_jax.tokenizers` tokenizer, its files and a
+        generation_config.json) to the folder `path`, in fla/HF's layout; `from_pretrained(path)` reads it back."""
+        save_pretrained(self, path, tokenizer=tokenizer)
 
     def __call__(self, input_ids: jax.Array, segment_ids: jax.Array | None = None, cache: tuple | None = None):
         """input_ids [B, T] -> logits [B, T, vocab] (fp32); with `cache`, (logits, new cache).

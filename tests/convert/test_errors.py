@@ -11,7 +11,7 @@ import pytest
 from safetensors.numpy import save_file
 
 from ccq_jax.convert import config_from_fla, config_to_fla, load_fla_checkpoint, save_fla_checkpoint
-from ccq_jax.convert.files import SAFETENSORS, read_state_dict
+from ccq_jax.models.files import SAFETENSORS, read_state_dict
 from ccq_jax.models import abstract_model, get_config
 from tests.builders import assert_same_params, FIXTURES, flat_params as params
 
@@ -136,7 +136,7 @@ def test_save_refuses_a_transformer(tmp_path):
 
 
 def test_pytorch_bin_is_read_when_torch_is_there(tmp_path):
-    """Runs where torch is installed next to JAX (the GPU image); without JAX, `ccq_jax.convert.files`
+    """Runs where torch is installed next to JAX (the GPU image); without JAX, `ccq_jax.models.files`
     was checked by hand from a torch-only Python (bf16, fp16, sharded index)."""
     torch = pytest.importorskip("torch")
     tensors = read_state_dict(FIXTURES / "gla")

@@ -8,7 +8,7 @@ import pytest
 
 from ccq_jax.convert import load_fla_checkpoint, parity
 from ccq_jax.convert.cli import convert_main, parity_main
-from ccq_jax.convert.files import read_state_dict
+from ccq_jax.models.files import read_state_dict
 from ccq_jax.convert.parity import logit_metrics
 from tests.builders import assert_same_params, FIXTURES
 
@@ -68,8 +68,10 @@ def test_ccq_convert_both_ways_is_exact(tmp_path, capsys):
     assert_same_params(load_fla_checkpoint(tmp_path / "fla")[1], load_fla_checkpoint(FIXTURES / "ccq-gdn")[1])
 
 
-def test_cli_errors_are_one_line(tmp_path):
-    with pytest.raises(SystemExit, match=re.escape(f"ccq-convert: {tmp_path / 'config.json'}: not found")):
+def test_cli_errors_are_one_line(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit:
         convert_main(["from-fla", str(tmp_path), str(tmp_path / "out")])
+    assert exit.value.code == 2
+    assert capsys.readouterr().err == f"ccq-convert: error: {tmp_path / 'config.json'}: not found\n"
     with pytest.raises(SystemExit, match=re.escape("ccq-parity: name: unknown value 'gla-13b'")):
         parity_main(["--preset", "gla-13b"])

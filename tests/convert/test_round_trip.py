@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from ccq_jax.convert import config_from_fla, load_fla_checkpoint, save_fla_checkpoint
-from ccq_jax.convert.files import SAFETENSORS_INDEX, read_state_dict
+from ccq_jax.models.files import SAFETENSORS_INDEX, read_state_dict
 from ccq_jax.convert.native import load_model, save_model
 from tests.builders import assert_same_params, FIXTURES, GOLDENS, random_model
 

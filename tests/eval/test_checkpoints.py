@@ -57,7 +57,7 @@ def test_a_trained_checkpoint_loads_and_evaluates(trained, tmp_path, capsys):
     assert checkpoint_step_dir(step_dir) == checkpoint_step_dir(workdir, 2) == step_dir
     with pytest.raises(ValueError, match=r"step: 5 is not saved .* saved steps: \[2\]"):
         checkpoint_step_dir(workdir, 5)
-    with pytest.raises(ValueError, match="not a ccq-train workdir"):
+    with pytest.raises(ValueError, match=r"neither a saved model folder \(no config.json\) nor a ccq-train workdir"):
         checkpoint_step_dir(workdir / "tensorboard")
     with pytest.raises(ValueError, match=r"step: .*/2 is the folder of step 2; got step=5"):
         checkpoint_step_dir(step_dir, 5)

@@ -11,6 +11,8 @@ fla names are our module paths with a `model.` prefix (`lm_head` has none), the 
 so `layers.3.attn.q_proj.kernel` is `model.layers.3.attn.q_proj.weight`, transposed, and the CCQ
 gate of layer 3 is `model.layers.3.attn.ccq.weight` / `.bias`. Conversions are exact (transposes
 and reshapes only; a dtype cast only when the stored dtype differs from the model's).
+`native_rules` name every parameter by its own dotted path, unchanged: ccq-jax's own format
+(`CausalLM.save_pretrained`). fla's config fields are mapped in `ccq_jax.convert.config`.
 """
 
 from collections.abc import Mapping
@@ -19,10 +21,9 @@ from typing import NamedTuple
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
-from ccq_jax.progress import progress as progress_bar
 
 from ccq_jax.layers.conv import ShortConvolution
-from ccq_jax.models import CausalLM, ModelConfig, abstract_model
+from ccq_jax.progress import progress as progress_bar
 
 
 class Layout(NamedTuple):
@@ -44,7 +45,7 @@ LAYOUTS = {
 }
 
 
-def fla_rules(model: CausalLM) -> dict[tuple, tuple[str, Layout]]:
+def fla_rules(model: nnx.Module) -> dict[tuple, tuple[str, Layout]]:
     """our parameter path -> (fla name, layout), in the model's order."""
     modules = {path: node for path, node in nnx.iter_graph(model) if isinstance(node, nnx.Module)}
     rules = {}
@@ -63,13 +64,13 @@ def fla_rules(model: CausalLM) -> dict[tuple, tuple[str, Layout]]:
     return rules
 
 
-def native_rules(model: CausalLM) -> dict[tuple, tuple[str, Layout]]:
+def native_rules(model: nnx.Module) -> dict[tuple, tuple[str, Layout]]:
     """our parameter path -> (its dotted path, unchanged layout): ccq-jax's own file format."""
     return {path: (".".join(map(str, path)), LAYOUTS["same"])
             for path, _ in nnx.to_flat_state(nnx.state(model, nnx.Param))}
 
 
-def to_state_dict(model: CausalLM, *, rules=fla_rules, progress: bool = False) -> dict[str, np.ndarray]:
+def to_state_dict(model: nnx.Module, *, rules=fla_rules, progress: bool = False) -> dict[str, np.ndarray]:
     """The parameters of `model` as NumPy arrays (their dtype) under the names and layouts of `rules`
     (default: fla's state_dict)."""
     state = dict(nnx.to_flat_state(nnx.state(model, nnx.Param)))
@@ -82,14 +83,15 @@ def _names(names, limit=8):
     return ", ".join(names[:limit]) + (f" and {len(names) - limit} more" if len(names) > limit else "")
 
 
-def from_state_dict(config: ModelConfig, state_dict: Mapping[str, np.ndarray], *, rules=fla_rules,
-                    progress: bool = False) -> CausalLM:
-    """`CausalLM(config)` holding the tensors of `state_dict`, named and laid out by `rules` (default: fla's).
+def from_state_dict(model: nnx.Module, state_dict: Mapping[str, np.ndarray], *, rules=fla_rules,
+                    progress: bool = False) -> nnx.Module:
+    """`model` (a `CausalLM` of `jax.ShapeDtypeStruct`s, see `ccq_jax.models.abstract_model`) filled, in place, with
+    the tensors of `state_dict`, named and laid out by `rules` (default: fla's).
 
     ValueError on missing, unexpected or mis-shaped tensors. With tied embeddings a stored
     `lm_head.weight` (fla's name) must equal the embeddings and is dropped.
     """
-    model = abstract_model(config)
+    config = model.config
     rules = rules(model)
     state_dict = dict(state_dict)
     if config.tie_word_embeddings and "lm_head.weight" in state_dict:
