@@ -31,7 +31,8 @@ from eval.runs import run_command
 def _common(parser: argparse.ArgumentParser) -> None:
     model = parser.add_argument_group("model")
     source = model.add_mutually_exclusive_group(required=True)
-    source.add_argument("--checkpoint", metavar="DIR", help="a ccq-train workdir, its checkpoints/ or a step folder")
+    source.add_argument("--checkpoint", metavar="DIR",
+                        help="a ccq-train workdir, its checkpoints/, a step folder or a saved model folder")
     source.add_argument("--preset", metavar="NAME", help="a model preset with random weights (smoke tests)")
     source.add_argument("--fla-dir", metavar="DIR", help="a model folder converted from fla (ccq_jax.convert)")
     model.add_argument("--step", type=int, default=None, help="checkpoint step (default: the latest)")
