@@ -109,11 +109,16 @@ class ReadRates:
         return rate
 
 
-def read_metrics(path) -> list[dict]:
+def read_metrics(path, rows: str = "train") -> list[dict]:
+    """The rows of a metrics file: "train" the training steps' (the default: what curves and step tables read),
+    "eval" the end-of-run evaluation's (`is_eval_row`), "all" both in file order; [] for no file."""
+    if rows not in ("train", "eval", "all"):
+        raise ValueError(f"rows: expected 'train', 'eval' or 'all', got {rows!r}")
     path = pathlib.Path(path)
     if not path.exists():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    out = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return out if rows == "all" else [r for r in out if is_eval_row(r) == (rows == "eval")]
 
 
 def plot_curves(runs: dict, out_png, key: str = "loss", title: str = "training loss"):

@@ -26,12 +26,13 @@ def _tensorboard_bytes(workdir) -> bytes:
 def test_the_evaluation_is_logged_at_the_last_step_once(tmp_path):
     cfg = tiny_config(steps=4, checkpoint_every=0, eval_batches=1)
     summary = train(cfg, tmp_path, progress=False)
-    rows = read_metrics(tmp_path / "metrics.jsonl")
+    rows = read_metrics(tmp_path / "metrics.jsonl", rows="all")
+    assert read_metrics(tmp_path / "metrics.jsonl", rows="eval") == rows[-1:]
     assert rows[-1] == {"step": 4, "eval/loss": summary["eval_loss"], "eval/recall": summary["eval_recall"]}
     assert rows[-2]["step"] == 4 and "recall" in rows[-2]  # the last training step's row, MQAR's recall
     assert b"eval/loss" in _tensorboard_bytes(tmp_path) and b"eval/recall" in _tensorboard_bytes(tmp_path)
     train(cfg, tmp_path, progress=False)  # a finished run, run again, evaluates again: still one evaluation row
-    assert [r["step"] for r in read_metrics(tmp_path / "metrics.jsonl") if "eval/loss" in r] == [4]
+    assert [r["step"] for r in read_metrics(tmp_path / "metrics.jsonl", rows="eval")] == [4]
 
 
 def test_on_text_the_accuracy_is_next_token_accuracy(tmp_path):
@@ -39,7 +40,7 @@ def test_on_text_the_accuracy_is_next_token_accuracy(tmp_path):
     cfg = tiny_config(steps=2, checkpoint_every=0, eval_batches=1,
                       data={"source": "text", "paths": (str(tmp_path / "corpus.txt"),), "seq_len": 32})
     summary = train(cfg, tmp_path / "run", progress=False)
-    rows = read_metrics(tmp_path / "run" / "metrics.jsonl")
+    rows = read_metrics(tmp_path / "run" / "metrics.jsonl", rows="all")
     assert "eval_recall" not in summary and 0 <= summary["eval_next_token_accuracy"] <= 1
     assert rows[-1]["eval/next_token_accuracy"] == summary["eval_next_token_accuracy"]
     assert "next_token_accuracy" in rows[0] and not any("recall" in key for r in rows for key in r)

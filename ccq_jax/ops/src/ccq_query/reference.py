@@ -97,13 +97,16 @@ def scan(q, k, lam, *, centered, normalize_keys, initial_stats, docs, read):
 
 def feeding(form, backbone):
     """The fused CCQ op's signature, composed: `backbone(form(q, k, lam), k, *rest)`. form and backbone: one form
-    of the read and of the backbone (chunk_size, when given, goes to both)."""
+    of the read and of the backbone (chunk_size, when given, goes to both). `read`, the policy, goes to the form
+    when given: the XLA forms take it, a kernel form (the Mosaic TPU composition) takes none and computes the
+    first-order read (`api.policy_options` gives kernels no other)."""
 
-    def fused(q, k, *rest_and_lam, scale, initial_state, initial_stats, centered, normalize_keys, docs, read,
+    def fused(q, k, *rest_and_lam, scale, initial_state, initial_stats, centered, normalize_keys, docs, read=None,
               **chunk):
         *rest, lam = rest_and_lam
+        policy = {} if read is None else {"read": read}
         q_clean, final_stats = form(q, k, lam, centered=centered, normalize_keys=normalize_keys,
-                                    initial_stats=initial_stats, docs=docs, read=read, **chunk)
+                                    initial_stats=initial_stats, docs=docs, **policy, **chunk)
         o, final_state = backbone(q_clean, k, *rest, scale=scale, initial_state=initial_state, docs=docs, **chunk)
         return o, (final_state, final_stats)
 
