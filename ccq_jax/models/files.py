@@ -1,7 +1,8 @@
 """Reading and writing Hugging Face model folders as NumPy: config.json and the weights, without torch.
 
-Weights are read from `model.safetensors`, a sharded `model.safetensors.index.json`, or (only
-when torch is installed) `pytorch_model.bin` / `pytorch_model.bin.index.json`; they are written
+Weights are read from `model.safetensors`, a sharded `model.safetensors.index.json`, (only
+when torch is installed) `pytorch_model.bin` / `pytorch_model.bin.index.json`, or `params.safetensors`
+(the ccq-jax native folders `ccq-convert from-fla` wrote before 2026-12-06); they are written
 as safetensors (`{"format": "pt"}` metadata, as transformers writes), in shards with an index
 when `max_shard_bytes` is given and the weights exceed it.
 """
@@ -18,6 +19,7 @@ from ccq_jax.progress import progress as progress_bar
 CONFIG = "config.json"
 SAFETENSORS, SAFETENSORS_INDEX = "model.safetensors", "model.safetensors.index.json"
 TORCH_BIN, TORCH_BIN_INDEX = "pytorch_model.bin", "pytorch_model.bin.index.json"
+EARLIER_NATIVE = "params.safetensors"
 
 
 def read_json(path: Path) -> dict:
@@ -81,8 +83,10 @@ def read_state_dict(folder, *, progress: bool = False) -> dict[str, np.ndarray]:
             return out
         if (folder / single).is_file():
             return reader(folder / single)
+    if (folder / EARLIER_NATIVE).is_file():
+        return read_safetensors(folder / EARLIER_NATIVE)
     raise ValueError(f"{folder}: no weights; expected one of {SAFETENSORS}, {SAFETENSORS_INDEX}, {TORCH_BIN}, "
-                     f"{TORCH_BIN_INDEX}")
+                     f"{TORCH_BIN_INDEX}, {EARLIER_NATIVE}")
 
 
 def _split(state_dict: dict[str, np.ndarray], max_shard_bytes: int | None) -> list[dict[str, np.ndarray]]:

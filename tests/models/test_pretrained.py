@@ -53,6 +53,9 @@ def test_save_then_from_pretrained_is_exact(tmp_path):
     np.testing.assert_array_equal(_logits(back, ids), _logits(model, ids))
     assert isinstance(load_tokenizer(str(tmp_path / "saved")), ByteTokenizer)
     assert CausalLM.from_pretrained(tmp_path / "saved", attn_impl="recurrent").config.attn_impl == "recurrent"
+    # a native folder of before 2026-12-06 (`ccq-convert from-fla` named its weights params.safetensors) still loads
+    (tmp_path / "saved" / "model.safetensors").rename(tmp_path / "saved" / "params.safetensors")
+    assert_same_params(CausalLM.from_pretrained(tmp_path / "saved"), model)
 
 
 def test_a_training_run_loads_from_another_working_directory(run, tmp_path, monkeypatch):
