@@ -112,9 +112,12 @@ def load_config(name_or_path: str, overrides: dict[str, Any] | None = None) -> l
         runs = RUNS[name_or_path]()
     elif name_or_path.endswith((".yaml", ".yml")):
         data = configlib.load_yaml(name_or_path)
+        if not data:  # an empty file trained the defaults (a long run nobody asked for) without a word
+            raise ValueError(f"{name_or_path}: holds no settings; expected a mapping of run settings (steps, model, "
+                             f"data, ...) or a list of them under 'runs'")
         runs = data.pop("runs", [data])
-        if not isinstance(runs, list):
-            raise ValueError(f"runs: expected a list of run configs in {name_or_path}, got {type(runs).__name__}")
+        if not isinstance(runs, list) or not runs:
+            raise ValueError(f"runs: expected a non-empty list of run configs in {name_or_path}, got {runs!r}")
         runs = [configlib.from_dict(TrainConfig, run) for run in runs]
     else:
         raise ValueError(f"--config: expected a YAML file or one of {sorted(RUNS)}"

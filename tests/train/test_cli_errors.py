@@ -6,6 +6,7 @@ import yaml
 
 from tests.train.tiny_run import tiny_config
 from train.__main__ import main
+from train.config import load_config
 
 
 @pytest.fixture
@@ -45,3 +46,14 @@ def test_a_workdir_of_another_run_is_one_error_line(tiny_yaml, tmp_path, capsys)
     capsys.readouterr()
     message = _error(["--config", str(tiny_yaml), "--workdir", str(tmp_path / "run"), "--set", "seed=1"], capsys)
     assert "holds a checkpoint of a run with other settings (seed: 0 -> 1)" in message
+
+
+def test_an_empty_yaml_or_runs_list_is_refused_not_trained_as_the_defaults(tmp_path, capsys):
+    """An empty YAML file gave the defaults, and ccq-train started a long run nobody asked for."""
+    (tmp_path / "empty.yaml").write_text("# nothing yet\n")
+    with pytest.raises(ValueError, match=r"empty\.yaml: holds no settings"):
+        load_config(str(tmp_path / "empty.yaml"))
+    assert "empty.yaml: holds no settings" in _error(["--config", str(tmp_path / "empty.yaml")], capsys)
+    (tmp_path / "none.yaml").write_text("runs: []\n")
+    with pytest.raises(ValueError, match=r"runs: expected a non-empty list of run configs in .*none\.yaml, got \[\]"):
+        load_config(str(tmp_path / "none.yaml"))
