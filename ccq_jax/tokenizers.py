@@ -113,7 +113,11 @@ class HFTokenizer:
         self.path = Path(path)
         if not self.path.is_file():
             raise ValueError(f"tokenizer: {path!r} is neither 'byte' nor an existing tokenizer.json file")
-        self._tok = tokenizers.Tokenizer.from_file(str(self.path))
+        try:
+            self._tok = tokenizers.Tokenizer.from_file(str(self.path))
+        except Exception as err:  # the library raises a bare Exception on any file it cannot parse
+            raise ValueError(f"tokenizer: {path!r} is not a tokenizer.json the tokenizers library can read "
+                             f"({' '.join(str(err).split())})") from None
         self.vocab_size = self._tok.get_vocab_size(with_added_tokens=True)
         self.bos_id = self._find("bos_token", bos_token, _BOS_NAMES)
         self.eos_id = self._find("eos_token", eos_token, _EOS_NAMES)

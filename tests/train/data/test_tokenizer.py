@@ -84,3 +84,11 @@ def test_tokenizer_json_without_the_package_says_what_to_install(monkeypatch, tm
     monkeypatch.setitem(sys.modules, "tokenizers", None)
     with pytest.raises(ImportError, match=r"tokenizer: reading a tokenizer.json needs `pip install tokenizers`"):
         HFTokenizer(str(tmp_path / "tokenizer.json"))
+
+
+def test_a_tokenizer_json_that_does_not_parse_is_named(tmp_path):
+    """The tokenizers library's bare `Exception: key must be a string at line 1 column 2` named no file."""
+    (tmp_path / "tokenizer.json").write_text("{not json")
+    with pytest.raises(ValueError, match=r"tokenizer: '.*tokenizer\.json' is not a tokenizer\.json the tokenizers "
+                                         r"library can read \(key must be a string"):
+        load_tokenizer(str(tmp_path / "tokenizer.json"))
