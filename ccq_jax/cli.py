@@ -49,11 +49,12 @@ def error_line(err: BaseException) -> str:
     return " ".join(str(err).split())
 
 
-def run_or_exit(parser: argparse.ArgumentParser, run: Callable[[], int], debug: bool) -> int:
-    """`run()`'s exit status; a user error exits with status 2 and one `prog: error: ...` line (raised when `debug`)."""
+def run_or_exit(parser: argparse.ArgumentParser, run: Callable[[], int], debug: bool, errors: tuple = ()) -> int:
+    """`run()`'s exit status; a user error (`USER_ERRORS`, and the command's own `errors`) exits with status 2 and
+    one `prog: error: ...` line (raised when `debug`)."""
     try:
         return run()
-    except USER_ERRORS as err:
+    except (*USER_ERRORS, *errors) as err:
         if debug:
             raise
         parser.exit(2, f"{parser.prog}: error: {error_line(err)}\n")

@@ -71,7 +71,11 @@ def run_ppl(ctx: Context):
     texts = _texts(a)
     text = a.separator.join(texts)
     stride = a.stride if a.stride is not None else max(1, a.window // 2)
-    res = windowed_perplexity(ctx.tokenizer.encode(text), ctx.runner(prefix=False).logits, window=a.window,
+    tokens = ctx.tokenizer.encode(text)
+    if len(tokens) < 2:
+        raise ValueError(f"--data: {a.data} holds {len(tokens)} token(s) of text in {len(texts)} document(s); "
+                         f"perplexity needs at least 2")
+    res = windowed_perplexity(tokens, ctx.runner(prefix=False).logits, window=a.window,
                               stride=stride, batch_size=a.batch_size, bos_id=ctx.tokenizer.document_start,
                               num_bytes=len(text.encode("utf-8")), progress=ctx.progress)
     table = (f"perplexity {res.perplexity:.4f}   bits per byte {res.bits_per_byte:.4f}   "

@@ -21,6 +21,7 @@ import sys
 from ccq_jax.cli import add_debug_flag, run_or_exit, use_compilation_cache, user_path
 from ccq_jax.configlib import parse_overrides
 from train.config import load_config, select_runs
+from train.errors import NonFiniteLoss
 from train.metrics import plot_curves, read_metrics
 
 COLUMNS = (("name", "{}", 20), ("params", "{:,}", 10), ("steps", "{}", 6), ("final_loss", "{:.3f}", 10),
@@ -96,7 +97,7 @@ def main(argv=None):
     add_debug_flag(p)
     a = p.parse_args(argv)
     use_compilation_cache()
-    return run_or_exit(p, lambda: _run(a), a.debug)
+    return run_or_exit(p, lambda: _run(a), a.debug, errors=(NonFiniteLoss,))  # on_nan=stop: the guard's message
 
 
 def _run(a: argparse.Namespace) -> int:

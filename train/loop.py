@@ -41,6 +41,7 @@ from ccq_jax.progress import progress as progress_bar
 from train.checkpoint import Checkpointer, resume_conflicts
 from train.config import TrainConfig
 from train.data import build_pipeline
+from train.errors import NonFiniteLoss
 from train.data.config import SYNTHETIC_SOURCES
 from train.metrics import MetricsWriter, ReadRates, plot_curves, read_metrics
 from train.optim import learning_rate, make_optimizer
@@ -49,10 +50,6 @@ from train.step import (abstract_state, compile_eval_step, compile_synthetic_eva
                         make_eval_step, make_train_step)
 
 PEAK_TFLOPS = {"H200": 989.0, "H100": 989.0, "A100": 312.0}  # dense bf16, per device
-
-
-class NonFiniteLoss(RuntimeError):
-    pass
 
 
 def _peak_flops(cfg: TrainConfig) -> float:

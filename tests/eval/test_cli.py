@@ -184,3 +184,12 @@ def test_lm_eval_without_the_package_says_how_to_install_it(monkeypatch, tmp_pat
 def test_debug_shows_the_error_with_its_traceback(tmp_path):
     with pytest.raises(ValueError, match="--step: only used with --checkpoint"):
         main(["ppl", "--preset", "gla-tiny", "--data", "x", "--step", "3", "--debug", "--out", str(tmp_path), *TINY])
+
+
+def test_ppl_on_an_empty_file_names_it(tmp_path, capsys):
+    (tmp_path / "empty.txt").write_text("")
+    with pytest.raises(SystemExit) as stop:
+        main(["ppl", "--preset", "gla-tiny", "--data", str(tmp_path / "empty.txt"), "--out", str(tmp_path / "o"),
+              *TINY])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and f"--data: {tmp_path / 'empty.txt'} holds" in err, err

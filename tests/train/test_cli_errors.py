@@ -57,3 +57,9 @@ def test_an_empty_yaml_or_runs_list_is_refused_not_trained_as_the_defaults(tmp_p
     (tmp_path / "none.yaml").write_text("runs: []\n")
     with pytest.raises(ValueError, match=r"runs: expected a non-empty list of run configs in .*none\.yaml, got \[\]"):
         load_config(str(tmp_path / "none.yaml"))
+
+
+def test_on_nan_stop_ends_as_one_error_line_naming_the_step(tiny_yaml, tmp_path, capsys):
+    message = _error(["--config", str(tiny_yaml), "--workdir", str(tmp_path / "run"), "--set", "optim.lr=1e30",
+                      "--set", "optim.warmup_steps=0", "--set", "optim.grad_clip=0.0", "--set", "on_nan=stop"], capsys)
+    assert "loss or gradient norm is not finite" in message and "step " in message
