@@ -171,6 +171,10 @@ def splits_sequence(maps):
 
         @functools.wraps(op)
         def run(*inputs, context_axis=None, **keywords):
+            for name, x in zip(signature.parameters, inputs):
+                if not hasattr(x, "shape"):  # a list would reach `.shape` (AttributeError) or, traced, __array__
+                    raise ValueError(f"{name}: expected an array (jax.Array or numpy.ndarray), got "
+                                     f"{type(x).__name__}")
             if context_axis is None:
                 axis = mesh_axis(inputs[0].shape[1]) if jnp.ndim(inputs[0]) == 4 else None
                 return op(*inputs, **keywords) if axis is None else _on_mesh(run, axis, inputs, keywords)

@@ -99,3 +99,12 @@ def test_an_op_without_the_named_backend_says_which_it_has():
                                          r"'pallas_mosaic_tpu', 'pallas_triton', 'recurrent', 'scan'\] \(and "
                                          r"'pallas'\)"):
         ops.gla(q, q, q, -q, impl="pallas_mosaic_gpu")
+
+
+def test_a_list_is_refused_by_name_eagerly_and_under_jit():
+    x = make_inputs(40, "weak_decay", t=8)
+    q = np.asarray(x["q"]).tolist()
+    with pytest.raises(ValueError, match=r"q: expected an array \(jax.Array or numpy.ndarray\), got list"):
+        ops.gla(q, x["k"], x["v"], x["g"])
+    with pytest.raises(ValueError, match=r"q: expected an array"):
+        jax.jit(lambda q: ops.gla(q, x["k"], x["v"], x["g"]))(q)
