@@ -772,8 +772,6 @@ def markdown(rows, seconds: float) -> str:
 
 
 OPEN_NOTES = {  # why an open row is open
-    "ccq-train on .jsonl records with empty text (empty docs)":
-        ": records of \"\" count as documents, so the run trains on BOS/EOS pairs (empty .txt files are refused)",
     "gla: inf in v at t=3: outputs before t=3 finite, at t=3 not (each impl)":
         ": the chunk form's masked intra-chunk product turns the inf into NaN at earlier positions of its chunk "
         "(0 * inf); recurrent and scan keep them finite",

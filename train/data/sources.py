@@ -36,4 +36,8 @@ def text_source(config: DataConfig):
         where = f"paths: {list(config.paths)}"
     if not len(source) or (isinstance(source, TextFiles) and not source.num_bytes):
         raise ValueError(f"{where} hold no document (empty files or blank lines only); nothing to train on")
+    # records of empty text would train on BOS/EOS alone; the scan stops at the first document with text
+    if not isinstance(source, TextFiles) and not any(source[i] for i in range(len(source))):
+        raise ValueError(f"{where} hold {len(source)} records whose {config.text_field!r} is empty text; nothing to "
+                         f"train on")
     return source

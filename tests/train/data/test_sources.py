@@ -232,6 +232,11 @@ def test_an_empty_corpus_is_refused_by_name(tmp_path, capsys):
     for source, name in (("text", "empty.txt"), ("jsonl", "blank.jsonl")):
         with pytest.raises(ValueError, match=rf"paths: \['.*{name}'\] hold no document"):
             text_source(DataConfig(source=source, paths=(str(tmp_path / name),)))
+    (tmp_path / "empty_text.jsonl").write_text('{"text": ""}\n' * 3)  # trained on BOS/EOS alone
+    with pytest.raises(ValueError, match=r"empty_text.jsonl'\] hold 3 records whose 'text' is empty text"):
+        text_source(DataConfig(source="jsonl", paths=(str(tmp_path / "empty_text.jsonl"),)))
+    (tmp_path / "some_text.jsonl").write_text('{"text": ""}\n{"text": "a"}\n')
+    assert len(text_source(DataConfig(source="jsonl", paths=(str(tmp_path / "some_text.jsonl"),)))) == 2
     with pytest.raises(SystemExit) as exit_info:  # it wrote 0 shards and exited 0
         prepare(["--source", "text", "--paths", str(tmp_path / "empty.txt"), "--output", str(tmp_path / "out")])
     err = capsys.readouterr().err
