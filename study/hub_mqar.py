@@ -31,27 +31,23 @@ import argparse
 import dataclasses
 import json
 import pathlib
-import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 from flax import nnx
 
-from ccq_jax.models.config import apply_overrides
-from ccq_jax.progress import progress
 from ccq_jax.engagement import read_engagement
-from study.mqar_sweep import (EVAL_BATCH, HELD_OUT_SEED_OFFSET, LEARNING_RATES, VOCAB, member_learning_rates,
-                              model_overrides, names_argument, stack_members)
+from ccq_jax.models import abstract_model
+from ccq_jax.models.config import apply_overrides
+from study.mqar_sweep import (EVAL_BATCH, HELD_OUT_SEED_OFFSET, LEARNING_RATES, VOCAB, model_overrides,
+                              names_argument, train_members)
 from train.config import TrainConfig
 from train.data.config import DataConfig, MQARConfig
 from train.data.synthetic import SyntheticBatches
-from train.loop import model_config
-from train.optim import OptimConfig, make_optimizer
+from train.optim import OptimConfig
 from train.sharding import make_mesh
-from train.step import (abstract_state, compile_synthetic_eval, compile_train_calls, init_state, make_eval_step,
-                        make_train_step)
+from train.step import compile_synthetic_eval, make_eval_step, split_model
 
 SEQ_LEN, PAIRS, NEEDLES, BATCH, WIDTH = 256, 64, 16, 128, 64
 HUBS = (1, 2, 4, PAIRS - NEEDLES)
@@ -119,26 +115,10 @@ def train_family(family: str, members: Members, steps: int, impl: str, shape: Sh
     cfg = run_config(family, steps, impl, shape)
     mesh = make_mesh(cfg.mesh)
     data = SyntheticBatches(cfg.data)
-    mcfg = model_config(cfg, data.vocab_size)
     hubs, seeds, rates = members.arrays()
-    optimizer = optax.chain(make_optimizer(cfg.optim, cfg.steps), member_learning_rates(rates))
-    inits = {s: init_state(mcfg, optimizer, mesh, s) for s in members.seeds}
-    graphdef, others, _ = inits[members.seeds[0]]
-    state = stack_members([inits[s][2] for _, s, _ in members.rows], rates)
     make_batch = lambda step: jax.vmap(lambda s, m: data.batch(step, s, m))(seeds, hubs)
-    step = make_train_step(graphdef, others, optimizer, grad_accum=1, skip_nonfinite=False)
-    axes = type(state)(0, 0, None)
-    run = compile_train_calls(jax.vmap(step, in_axes=(axes, 0), out_axes=(axes, 0)), state, mesh, steps_per_call,
-                              make_batch)
-    begin, done, last = time.perf_counter(), 0, None
-    with progress(total=steps, desc=family, unit="step") as bar:
-        while done < steps:
-            n = min(steps_per_call, steps - done)
-            state, metrics = run(state, jnp.int32(n))
-            last = jax.tree.map(lambda x: np.asarray(x)[n - 1], metrics)
-            done += n
-            bar.update(n)
-    train_s = time.perf_counter() - begin
+    graphdef, others, state, mcfg, last, train_s = train_members(
+        cfg, rates, steps_per_call, seeds=[s for _, s, _ in members.rows], make_batch=make_batch, desc=family)
 
     test_batch = lambda i: jax.vmap(lambda s, m: data.examples(i * EVAL_BATCH + jnp.arange(EVAL_BATCH),
                                                                s + HELD_OUT_SEED_OFFSET, m))(seeds, hubs)
@@ -146,7 +126,7 @@ def train_family(family: str, members: Members, steps: int, impl: str, shape: Sh
     variants = {"on": mcfg} if getattr(mcfg, "ccq", None) is None else {
         "on": mcfg, "off": apply_overrides(mcfg, {"ccq.mode": "off"})}
     for name, variant in variants.items():
-        variant_graph = abstract_state(variant, optimizer, mesh)[0]
+        variant_graph = split_model(abstract_model(variant))[0]
         evaluate = compile_synthetic_eval(jax.vmap(make_eval_step(variant_graph, others), in_axes=(0, 0)), state,
                                           mesh, test_batch, test_examples // EVAL_BATCH)
         sums = jax.device_get(evaluate(state.params))

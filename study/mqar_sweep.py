@@ -96,8 +96,10 @@ def run_config(family: str, width: int, cell: tuple[int, int, int], steps: int, 
                        seed=seed, checkpoint_every=0, eval_batches=0)
 
 
-def member_train_calls(cfg: TrainConfig, rates, steps_per_call: int = 50):
-    """One model per rate, stacked, and the compiled call that trains them side by side.
+def member_train_calls(cfg: TrainConfig, rates, steps_per_call: int = 50, *, seeds=None, make_batch=None):
+    """One model per member, stacked, and the compiled call that trains them side by side. Member i trains at
+    rates[i] from the initialisation of seeds[i] (None: cfg.seed for every member) on make_batch(step), a batch
+    with a leading member axis (None: the config's batches, the same for every member).
 
     Returns (graphdef, others, state with a leading member axis on params and optimizer state, the model config,
     `run(state, n) -> (state, metrics [steps_per_call, members])`, which trains n <= steps_per_call steps)."""
@@ -105,27 +107,33 @@ def member_train_calls(cfg: TrainConfig, rates, steps_per_call: int = 50):
     data = SyntheticBatches(cfg.data)
     mcfg = model_config(cfg, data.vocab_size)
     optimizer = optax.chain(make_optimizer(cfg.optim, cfg.steps), member_learning_rates(rates))
-    graphdef, others, state = init_state(mcfg, optimizer, mesh, cfg.seed)
-    state = stack_members([state] * len(rates), rates)
+    seeds = [cfg.seed] * len(rates) if seeds is None else list(seeds)
+    inits = {s: init_state(mcfg, optimizer, mesh, s) for s in dict.fromkeys(seeds)}
+    graphdef, others, _ = inits[seeds[0]]
+    state = stack_members([inits[s][2] for s in seeds], rates)
     step = make_train_step(graphdef, others, optimizer, grad_accum=1, skip_nonfinite=False)
     axes = type(state)(0, 0, None)
-    run = compile_train_calls(jax.vmap(step, in_axes=(axes, None), out_axes=(axes, 0)), state, mesh,
-                              steps_per_call, data.batch)
+    run = compile_train_calls(jax.vmap(step, in_axes=(axes, None if make_batch is None else 0), out_axes=(axes, 0)),
+                              state, mesh, steps_per_call, data.batch if make_batch is None else make_batch)
     return graphdef, others, state, mcfg, run
 
 
-def train_members(cfg: TrainConfig, rates, steps_per_call: int = 50):
-    """Train one model per rate side by side for cfg.steps steps.
+def train_members(cfg: TrainConfig, rates, steps_per_call: int = 50, *, seeds=None, make_batch=None, desc=None):
+    """Train the members of `member_train_calls` side by side for cfg.steps steps (a progress bar named `desc`
+    when given).
 
     Returns (graphdef, others, state with a leading member axis on params and optimizer state, the model config,
     the last step's metrics [members], seconds of training)."""
-    graphdef, others, state, mcfg, run = member_train_calls(cfg, rates, steps_per_call)
+    graphdef, others, state, mcfg, run = member_train_calls(cfg, rates, steps_per_call, seeds=seeds,
+                                                            make_batch=make_batch)
     begin, done, last = time.perf_counter(), 0, None
-    while done < cfg.steps:
-        n = min(steps_per_call, cfg.steps - done)
-        state, metrics = run(state, jnp.int32(n))
-        last = jax.tree.map(lambda m: np.asarray(m)[n - 1], metrics)
-        done += n
+    with progress(total=cfg.steps, desc=desc, unit="step", disable=desc is None) as bar:
+        while done < cfg.steps:
+            n = min(steps_per_call, cfg.steps - done)
+            state, metrics = run(state, jnp.int32(n))
+            last = jax.tree.map(lambda m: np.asarray(m)[n - 1], metrics)
+            done += n
+            bar.update(n)
     return graphdef, others, state, mcfg, last, time.perf_counter() - begin
 
 

@@ -144,15 +144,15 @@ def eval_scalars(results: dict) -> dict:
 READ_ROWS = 16  # held-out rows the read's engagement is measured on
 
 
-def read_summary(graphdef, others, state, cfg: TrainConfig) -> dict:
+def read_summary(graphdef, others, state, cfg: TrainConfig, mcfg) -> dict:
     """A CCQ model's read engagement (`ccq_jax.engagement`) on the first `READ_ROWS` rows of the first held-out
     batch, the scored positions (MQAR's queries; every target on text) as positions: mean lambda, the applied
     contraction |q - q_clean| / |q| over all tokens and at the scored ones, eig_max and the effective rank of
-    Sigma. {} for a model without a CCQ read, or with it off."""
-    model = nnx.merge(graphdef, jax.device_get(state.params), others)
-    ccq = getattr(model.config, "ccq", None)
+    Sigma. {} for a model (config `mcfg`) without a CCQ read, or with it off: its parameters stay where they are."""
+    ccq = getattr(mcfg, "ccq", None)
     if ccq is None or not ccq.active or not cfg.eval_batches:
         return {}
+    model = nnx.merge(graphdef, jax.device_get(state.params), others)
     held_out = build_pipeline(_held_out(cfg))
     if held_out.synthetic is not None:
         batch = held_out.synthetic.batch(jnp.int32(0))
@@ -372,7 +372,8 @@ def _train(cfg: TrainConfig, workdir: pathlib.Path, progress: bool, preempted: _
         summary = {"name": cfg.name, "model": cfg.model, "seed": cfg.seed, "params": n_params,
                    "steps": int(state.step), "preempted": preempted.flag, **report.final}
         if int(state.step) == cfg.steps:
-            results = {**evaluate(eval_step, state, cfg, mesh), **read_summary(graphdef, others, state, cfg)}
+            results = {**evaluate(eval_step, state, cfg, mesh),
+                       **read_summary(graphdef, others, state, cfg, mcfg)}
             if results:
                 writer.write(cfg.steps, eval_scalars(results))
             summary.update(results)

@@ -84,8 +84,8 @@ class CCQGate(nnx.Module):
             return jnp.full(q.shape[:3], self.cfg.fixed_lambda, jnp.float32)
         if self.cfg.mode != "learned":
             raise ValueError(f"ccq.mode: the gate is not used in mode {self.cfg.mode!r}")
-        lam = maybe_recomputed(_learned_gate, self.recompute)(q, self.weight[...], self.bias[...])
-        return lam if self.cfg.lambda_max == 1 else self.cfg.lambda_max * lam
+        return self.cfg.lambda_max * maybe_recomputed(_learned_gate, self.recompute)(q, self.weight[...],
+                                                                                     self.bias[...])
 
 
 @jax.checkpoint

@@ -121,10 +121,14 @@ def segment_ids(value, b, t):
     return value
 
 
-def chunk_size(value):
+def positive_integer(name, value):
     if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 1:
-        raise ValueError(f"chunk_size: expected a positive integer, got {value!r}")
+        raise ValueError(f"{name}: expected a positive integer, got {value!r}")
     return int(value)
+
+
+def chunk_size(value):
+    return positive_integer("chunk_size", value)
 
 
 def documents(value, b, t):
@@ -157,12 +161,8 @@ def read_policy(read):
     policy = ReadPolicy(read) if isinstance(read, str) else read
     if not isinstance(policy, ReadPolicy) or policy.kind not in READS:
         raise ValueError(f"read: expected one of {list(READS)} or a ccq_jax.ops.ReadPolicy, got {read!r}")
-    for name in ("terms", "iterations"):
-        value = getattr(policy, name)
-        if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 1:
-            raise ValueError(f"read.{name}: expected a positive integer, got {value!r}")
-    return ReadPolicy(policy.kind, int(policy.terms) if policy.kind == "neumann" else 1,
-                      int(policy.iterations) if policy.kind == "cg" else 1)
+    terms, iterations = (positive_integer(f"read.{name}", getattr(policy, name)) for name in ("terms", "iterations"))
+    return ReadPolicy(policy.kind, terms if policy.kind == "neumann" else 1, iterations if policy.kind == "cg" else 1)
 
 
 def ccq_gate(lam, b, t, h, read=ReadPolicy()):

@@ -1,6 +1,7 @@
 """S-NIAH: deterministic RULER-style samples that fill the length budget exactly, RULER's scoring, the heatmap,
 and errors naming the bad argument."""
 
+import dataclasses
 import json
 import re
 
@@ -199,3 +200,17 @@ def test_the_graded_score_ranks_the_true_value_first_for_a_retriever_and_at_chan
         values = niah.graded_candidates(sample, TOK, niah.GRADED_CANDIDATES)
         assert values[0] == sample.outputs[0] and len(set(values)) == niah.GRADED_CANDIDATES
         assert len({len(TOK.encode(" " + v)) for v in values}) == 1
+
+
+def test_graded_candidates_that_cannot_be_found_are_refused_by_name():
+    class OneLongAnswer(ByteTokenizer):
+        """Only the true value's answer is 8 tokens long; every other value's is 9."""
+
+        def encode(self, text):
+            return super().encode(text) + ([] if "1234567" in text else [0])
+
+    sample = generate_samples("niah_single_1", TOK, lengths=[512], depths=[50], num_samples=1,
+                              tokens_to_generate=0, progress=False)[0]
+    sample = dataclasses.replace(sample, outputs=["1234567"])
+    with pytest.raises(ValueError, match=r"tokenizer: found no 2 values of 8 tokens like '1234567' in 3001 draws"):
+        niah.graded_candidates(sample, OneLongAnswer(), 3)

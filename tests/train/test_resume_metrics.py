@@ -61,3 +61,13 @@ def test_on_nan_stop_ends_with_the_error_not_an_abort(tmp_path):
                          env={**os.environ, "PYTHONPATH": ROOT, "JAX_PLATFORMS": "cpu"})
     assert out.returncode == 1 and out.returncode != -signal.SIGABRT, out.stderr[-3000:]
     assert "NonFiniteLoss: step" in out.stderr and "atexit" not in out.stderr and "terminate" not in out.stderr
+
+
+def test_read_metrics_keeps_training_rows_unless_asked(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"step": 1, "loss": 2.0}\n{"step": 1, "eval/loss": 3.0}\n')
+    assert read_metrics(path) == [{"step": 1, "loss": 2.0}]
+    assert read_metrics(path, rows="eval") == [{"step": 1, "eval/loss": 3.0}]
+    assert len(read_metrics(path, rows="all")) == 2
+    with pytest.raises(ValueError, match=r"rows: expected 'train', 'eval' or 'all', got 'evaluation'"):
+        read_metrics(path, rows="evaluation")

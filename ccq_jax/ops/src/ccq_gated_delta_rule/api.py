@@ -40,5 +40,6 @@ def ccq_gated_delta_rule(q, k, v, g, beta, lam, *, read=None, scale=None, initia
     lam = validate.ccq_gate(lam, *dims[:3], read)
     return call_fused("ccq_gated_delta_rule", IMPLEMENTATIONS, (q, k, v, g, beta, lam), dims, read=read,
                       scale=scale, initial_state=initial_state, initial_stats=initial_stats,
-                      output_final_state=output_final_state, output_final_stats=output_final_stats, centered=centered, normalize_keys=normalize_keys,
+                      output_final_state=output_final_state, output_final_stats=output_final_stats,
+                      centered=centered, normalize_keys=normalize_keys,
                       segment_ids=segment_ids, impl=impl, chunk_size=chunk_size, config=config, interpret=interpret)

@@ -35,7 +35,7 @@ def ccq_gla(q, k, v, g, lam, *, read=None, scale=None, initial_state=None, initi
     q, k, v, g, dims = validate.gla_inputs(q, k, v, g)
     read = validate.read_policy(read)
     lam = validate.ccq_gate(lam, *dims[:3], read)
-    return call_fused("ccq_gla", IMPLEMENTATIONS, (q, k, v, g, lam), dims, read=read, scale=scale, initial_state=initial_state,
-                      initial_stats=initial_stats, output_final_state=output_final_state,
+    return call_fused("ccq_gla", IMPLEMENTATIONS, (q, k, v, g, lam), dims, read=read, scale=scale,
+                      initial_state=initial_state, initial_stats=initial_stats, output_final_state=output_final_state,
                       output_final_stats=output_final_stats, centered=centered, normalize_keys=normalize_keys,
                       segment_ids=segment_ids, impl=impl, chunk_size=chunk_size, config=config, interpret=interpret)

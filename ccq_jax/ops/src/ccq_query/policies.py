@@ -18,6 +18,8 @@ the step there is 0, and the ratios of the others stay far from underflow in the
 
 import jax.numpy as jnp
 
+from ccq_jax.ops.numerics import HIGHEST, ccq_correction
+
 
 def _dot(a, b):
     return jnp.sum(a * b, axis=-1, keepdims=True)
@@ -28,6 +30,17 @@ def _ratio(num, den, scale):
     direction of autodiff underflows or divides by zero."""
     nonzero = den > jnp.finfo(den.dtype).eps ** 2 * scale
     return jnp.where(nonzero, (num / scale) / jnp.where(nonzero, den / scale, 1), 0)
+
+
+def dense_apply(stats, centered):
+    """`apply` of statistics held per token (`CCQStats` with cov [..., K, K]): x -> Sigma x, for the recurrence (one
+    token's) and the associative scan (every token's)."""
+
+    def apply(x):
+        cov_x = jnp.einsum("...ij,...j->...i", stats.cov, x, precision=HIGHEST)
+        return ccq_correction(cov_x, stats.key_sum, stats.count, x, centered)
+
+    return apply
 
 
 def clean(q, lam, apply, read):

@@ -11,10 +11,10 @@ import jax
 import jax.numpy as jnp
 
 from ccq_jax.ops.chunking import doc_masks, from_chunks, mm, to_chunks
-from ccq_jax.ops.numerics import HIGHEST, accum_dtype, ccq_correction, ccq_keys, resets, time_major, vary_like
+from ccq_jax.ops.numerics import accum_dtype, ccq_correction, ccq_keys, resets, time_major, vary_like
 from ccq_jax.ops.numerics import zero_where
 from ccq_jax.ops.recurrences import diagonal_scan, fold_initial, state_pass
-from ccq_jax.ops.src.ccq_query.policies import clean
+from ccq_jax.ops.src.ccq_query.policies import clean, dense_apply
 from ccq_jax.ops.types import CCQStats
 
 
@@ -28,12 +28,7 @@ def recurrent(q, k, lam, *, centered, normalize_keys, initial_stats, docs, read)
         q_t, k_t, lam_t, r_t = x
         cov, key_sum, count = (zero_where(r_t, s) for s in stats)
         stats = CCQStats(cov + k_t[..., :, None] * k_t[..., None, :], key_sum + k_t, count + 1)
-
-        def apply(x):
-            cov_x = jnp.einsum("bhij,bhj->bhi", stats.cov, x, precision=HIGHEST)
-            return ccq_correction(cov_x, stats.key_sum, stats.count, x, centered)
-
-        return stats, clean(q_t, lam_t, apply, read)
+        return stats, clean(q_t, lam_t, dense_apply(stats, centered), read)
 
     init = CCQStats(*(s.astype(f) for s in initial_stats))
     final, q_clean = jax.lax.scan(step, vary_like(init, xs), xs)
@@ -86,12 +81,7 @@ def scan(q, k, lam, *, centered, normalize_keys, initial_stats, docs, read):
     b = CCQStats(kh[..., :, None] * kh[..., None, :], kh, jnp.ones_like(a))
     b = CCQStats(*(fold_initial(x, a[:, 0], i) for x, i in zip(b, init)))
     stats = CCQStats(*diagonal_scan(a, b))
-
-    def apply(x):
-        cov_x = jnp.einsum("bthij,bthj->bthi", stats.cov, x, precision=HIGHEST)
-        return ccq_correction(cov_x, stats.key_sum, stats.count, x, centered)
-
-    q_clean = clean(qf, lam.astype(f), apply, read)
+    q_clean = clean(qf, lam.astype(f), dense_apply(stats, centered), read)
     return q_clean.astype(q.dtype), CCQStats(*(s[:, -1] for s in stats))
 
 
