@@ -116,8 +116,10 @@ def load_config(name_or_path: str, overrides: dict[str, Any] | None = None) -> l
             raise ValueError(f"{name_or_path}: holds no settings; expected a mapping of run settings (steps, model, "
                              f"data, ...) or a list of them under 'runs'")
         runs = data.pop("runs", [data])
-        if not isinstance(runs, list) or not runs:
-            raise ValueError(f"runs: expected a non-empty list of run configs in {name_or_path}, got {runs!r}")
+        if not isinstance(runs, list):
+            raise ValueError(f"runs: expected a list of run configs in {name_or_path}, got {type(runs).__name__}")
+        if not runs:
+            raise ValueError(f"runs: expected a non-empty list of run configs in {name_or_path}, got []")
         runs = [configlib.from_dict(TrainConfig, run) for run in runs]
     else:
         raise ValueError(f"--config: expected a YAML file or one of {sorted(RUNS)}"
