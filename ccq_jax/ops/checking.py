@@ -1,7 +1,7 @@
 """The ops' value checks inside `jax.jit`, through `jax.experimental.checkify`, for debugging runs.
 
-The range checks of `ccq_jax.ops.validate` (g <= 0, beta in [0, 2], lam in [0, 1] or >= 0,
-count >= 0) need values: on concrete arrays they raise a ValueError at once, and under tracing
+The value checks of `ccq_jax.ops.validate` (q, k, v finite; g <= 0, beta in [0, 2], lam in [0, 1]
+or >= 0, count >= 0) need values: on concrete arrays they raise a ValueError at once, and under tracing
 they are skipped, since no value exists yet. `checked(fn)` is `checkify.checkify(fn)` with those
 checks emitted as `checkify.check`s while `fn` is traced under it, so they run inside the jitted
 program:

@@ -1,7 +1,7 @@
 """Input checks for the public ops: each failure is a ValueError naming the argument and what was expected.
 
-Shape and dtype checks always run. Range checks (g <= 0, beta in [0, 2], lam in [0, 1] or >= 0,
-count >= 0) need values, so they run when the array is concrete (eager calls) and are
+Shape and dtype checks always run. Value checks (q, k, v finite; g <= 0, beta in [0, 2], lam in [0, 1] or
+>= 0, count >= 0) need values, so they run when the array is concrete (eager calls) and are
 skipped under `jax.jit` tracing, where no value exists yet, unless the trace runs under
 `ccq_jax.ops.checked` (`checking.py`): then they are `checkify` checks in the program.
 """
@@ -62,16 +62,36 @@ def in_range(name, x, lo, hi, meaning):
         raise ValueError(f"{expected} {arr[~ok].flat[0]}")
 
 
+def finite(name, x):
+    """Values of x must be finite: a NaN or inf in one token's q, k or v reaches other tokens' outputs in the
+    chunked and kernel forms (their masked intra-chunk products give 0 * inf = NaN), so it is refused rather than
+    left to give a form-dependent result. Checked like `in_range`: concrete arrays at once, traced ones under
+    `ccq_jax.ops.checked`."""
+    expected = f"{name}: expected finite values (no NaN or inf); found"
+    if isinstance(x, jax.core.Tracer):
+        if traced_checks_on():
+            ok = jnp.ravel(jnp.isfinite(x))
+            checkify.check(jnp.all(ok), expected + " {bad}", bad=jnp.ravel(x)[jnp.argmin(ok)])
+        return x
+    ok = jnp.isfinite(x)
+    if not bool(jnp.all(ok)):
+        where = tuple(int(i) for i in np.argwhere(~np.asarray(ok))[0])
+        raise ValueError(f"{expected} {float(x[where])} at index {list(where)}")
+    return x
+
+
 def qkv(q, k, v=None):
-    """q, k: [B, T, H, K]; v: [B, T, H, V]. Returns the arrays and (B, T, H, K, V)."""
+    """q, k: [B, T, H, K]; v: [B, T, H, V], all finite. Returns the arrays and (B, T, H, K, V)."""
     q = shaped("q", floating("q", q), (None,) * 4, "BTHK")
     b, t, h, dk = q.shape
     if t < 1:
         raise ValueError(f"q: expected at least one token (T >= 1), got shape {tuple(q.shape)}")
     k = shaped("k", floating("k", k), (b, t, h, dk), "BTHK")
+    finite("q", q)
+    finite("k", k)
     if v is None:
         return q, k, None, (b, t, h, dk, None)
-    v = shaped("v", floating("v", v), (b, t, h, None), "BTHV")
+    v = finite("v", shaped("v", floating("v", v), (b, t, h, None), "BTHV"))
     return q, k, v, (b, t, h, dk, v.shape[-1])
 
 

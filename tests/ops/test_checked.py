@@ -9,9 +9,10 @@ from jax.experimental import checkify
 import ccq_jax.ops as ops
 
 
-def _inputs(g_value=-0.1, lam_value=0.5):
+def _inputs(g_value=-0.1, lam_value=0.5, v_inf=False):
     shape = (1, 8, 2, 4)
     q, k, v = (jax.random.normal(jax.random.key(i), shape) for i in range(3))
+    v = v.at[0, 5, 1, 2].set(jnp.inf) if v_inf else v
     return q, k, v, jnp.full(shape, g_value), jnp.full(shape[:3], lam_value)
 
 
@@ -27,6 +28,7 @@ def ccq_output(q, k, v, g, lam):
     (gla_output, {"g_value": 0.5}, r"g: expected values in \[-inf, 0\] \(log decay: g <= 0\); found 0.5"),
     (ccq_output, {"lam_value": 1.5}, r"lam: expected values in \[0, 1\] \(CCQ gate lambda\); found 1.5"),
     (ccq_output, {"g_value": jnp.nan}, r"g: expected values in \[-inf, 0\] .*found nan"),
+    (gla_output, {"v_inf": True}, r"v: expected finite values \(no NaN or inf\); found inf"),
 ])
 def test_an_out_of_range_value_fails_inside_jit_only_under_checked(op, bad, message):
     err, out = jax.jit(ops.checked(op))(*_inputs(**bad))

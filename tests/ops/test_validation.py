@@ -108,3 +108,18 @@ def test_a_list_is_refused_by_name_eagerly_and_under_jit():
         ops.gla(q, x["k"], x["v"], x["g"])
     with pytest.raises(ValueError, match=r"q: expected an array"):
         jax.jit(lambda q: ops.gla(q, x["k"], x["v"], x["g"]))(q)
+
+
+@pytest.mark.parametrize("name,where,value", [("q", (0, 3, 1, 2), np.nan), ("k", (1, 0, 0, 0), -np.inf),
+                                              ("v", (0, 5, 1, 3), np.inf)])
+@pytest.mark.parametrize("op", [_gla, _gdn])
+def test_a_non_finite_input_is_refused_by_name_and_place(x, op, name, where, value):
+    """A NaN or inf in one token reached other tokens' outputs in the chunked forms (a masked product's 0 * inf):
+    the ops refuse it, naming the argument, the value and its index."""
+    bad = np.array(x[name])
+    bad[where] = value
+    with pytest.raises(ValueError, match=rf"{name}: expected finite values \(no NaN or inf\); found {value} at index "
+                                         rf"\[{', '.join(map(str, where))}\]"):
+        op(x, **{name: bad})
+    with pytest.raises(ValueError, match=rf"k: expected finite values"):
+        ops.ccq_query(x["q"], np.where(np.arange(16) == 3, np.inf, x["k"]), x["lam"])
