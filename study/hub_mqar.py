@@ -1,7 +1,7 @@
 """Hub-key MQAR: a recall task where the CCQ read has a lever its backbone lacks, with its isotropic control.
 
     python -m study.hub_mqar run --out results/hub_mqar/runs.jsonl [--families gla,ccq-gla] [--steps 3000]
-        [--seq-len 256 --pairs 64 --needles 16 --batch 128] [--hubs 1,2,4,48] [--seeds 0,1,2]
+        [--seq-len 256 --pairs 64 --needles 16 --batch 128 --needle-order random] [--hubs 1,2,4,48] [--seeds 0,1,2]
     python -m study.hub_mqar table results/hub_mqar/runs.jsonl --plot results/hub_mqar/needle_accuracy.png
 
 The task (`MQARConfig.hub_keys`, train/data/synthetic.py): T = 256 tokens, 64 key-value pairs in a random
@@ -43,7 +43,7 @@ from ccq_jax.models.config import apply_overrides
 from study.mqar_sweep import (EVAL_BATCH, HELD_OUT_SEED_OFFSET, LEARNING_RATES, VOCAB, model_overrides,
                               names_argument, train_members)
 from train.config import TrainConfig
-from train.data.config import DataConfig, MQARConfig
+from train.data.config import NEEDLE_ORDERS, DataConfig, MQARConfig
 from train.data.synthetic import SyntheticBatches
 from train.optim import OptimConfig
 from train.sharding import make_mesh
@@ -69,12 +69,14 @@ FAMILIES = {  # name: (the preset family, CCQ overrides)
 
 @dataclasses.dataclass(frozen=True)
 class Shape:
-    """The task's sequence length, pairs, needles (the rest are distractors) and rows per member and step."""
+    """The task's sequence length, pairs, needles (the rest are distractors), rows per member and step, and the
+    needles' layout (`MQARConfig.needle_order`)."""
 
     seq_len: int = SEQ_LEN
     pairs: int = PAIRS
     needles: int = NEEDLES
     batch: int = BATCH
+    needle_order: str = "random"
 
 
 def run_config(family: str, steps: int, impl: str, shape: Shape = Shape()) -> TrainConfig:
@@ -82,7 +84,7 @@ def run_config(family: str, steps: int, impl: str, shape: Shape = Shape()) -> Tr
     base, ccq = FAMILIES[family]
     data = DataConfig(source="mqar", seq_len=shape.seq_len, batch_size=shape.batch,
                       mqar=MQARConfig(vocab_size=VOCAB, num_kv_pairs=shape.pairs, num_needles=shape.needles,
-                                      hub_keys=1,
+                                      hub_keys=1, needle_order=shape.needle_order,
                                       power_a=0.01, random_non_queries=False, num_examples=100_000))
     optim = OptimConfig(lr=1.0, warmup_steps=min(100, steps // 10), schedule="cosine", min_lr_ratio=0.1,
                         weight_decay=0.1, grad_clip=1.0)
@@ -264,6 +266,8 @@ def main(argv=None) -> int:
     go.add_argument("--pairs", type=int, default=PAIRS)
     go.add_argument("--needles", type=int, default=NEEDLES)
     go.add_argument("--batch", type=int, default=BATCH, help="rows per member and step")
+    go.add_argument("--needle-order", choices=NEEDLE_ORDERS, default="random",
+                    help="written: needle i before needle i + 1, as MQAR writes its pairs")
     go.add_argument("--seeds", type=_ints, default=SEEDS)
     go.add_argument("--steps", type=int, default=2000)
     go.add_argument("--impl", default="chunk", help="attn_impl of the linear models")
@@ -274,7 +278,7 @@ def main(argv=None) -> int:
     if a.command == "run":
         if a.steps < 1:
             p.error(f"--steps: expected >= 1, got {a.steps}")
-        shape = Shape(a.seq_len, a.pairs, a.needles, a.batch)
+        shape = Shape(a.seq_len, a.pairs, a.needles, a.batch, a.needle_order)
         hubs = a.hubs or (1, 2, 4, a.pairs - a.needles)
         run(a.out, a.families, Members(hubs, a.seeds, RATES), a.steps, a.impl, shape)
         return 0

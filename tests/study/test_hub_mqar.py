@@ -13,9 +13,9 @@ from train.data.synthetic import SyntheticBatches
 PAIRS, NEEDLES, T = 24, 4, 64
 
 
-def _batches(hub_keys=1, random_non_queries=False):
+def _batches(hub_keys=1, random_non_queries=False, needle_order="random"):
     task = MQARConfig(vocab_size=256, num_kv_pairs=PAIRS, num_needles=NEEDLES, hub_keys=hub_keys,
-                      random_non_queries=random_non_queries, num_examples=1000)
+                      random_non_queries=random_non_queries, num_examples=1000, needle_order=needle_order)
     return SyntheticBatches(DataConfig(source="mqar", seq_len=T, batch_size=8, mqar=task))
 
 
@@ -44,6 +44,35 @@ def test_every_condition_shares_its_needles_values_and_query_positions():
     np.testing.assert_array_equal(rows[0]["scored_positions"], rows[1]["scored_positions"])
     np.testing.assert_array_equal(rows[0]["targets"] * rows[0]["loss_mask"], rows[1]["targets"] * rows[1]["loss_mask"])
     assert not np.array_equal(rows[0]["input_ids"], rows[1]["input_ids"])
+
+
+def _needle_slots(batch, row):
+    """The pair slots of the needles of `row`, in needle order (the order MQAR's gaps were drawn in)."""
+    tokens = np.asarray(batch["input_ids"][row])
+    keys = list(tokens[0:2 * PAIRS:2])
+    return [keys.index(tokens[p]) for p in np.asarray(batch["scored_positions"][row])]
+
+
+def test_written_needle_order_keeps_the_needles_in_index_order_and_changes_nothing_else():
+    """needle_order="written": needle i is written before needle i + 1 (Zoology's MQAR writes pairs in order); the
+    same keys, values, queries and distractor slots as "random", only the needles' slots permuted among themselves."""
+    random, written = (jax.tree.map(np.asarray, _batches(needle_order=o).batch(jnp.int32(5), hubs=2))
+                       for o in ("random", "written"))
+    shuffled = 0
+    for row in range(8):
+        slots_r, slots_w = _needle_slots(random, row), _needle_slots(written, row)
+        assert slots_w == sorted(slots_w) and sorted(slots_r) == slots_w
+        shuffled += slots_r != sorted(slots_r)
+        np.testing.assert_array_equal(random["scored_positions"][row], written["scored_positions"][row])
+        np.testing.assert_array_equal(random["targets"][row][random["scored_positions"][row]],
+                                      written["targets"][row][written["scored_positions"][row]])
+        distractor = np.ones(PAIRS, bool)
+        distractor[slots_w] = False
+        np.testing.assert_array_equal(random["input_ids"][row][:2 * PAIRS].reshape(PAIRS, 2)[distractor],
+                                      written["input_ids"][row][:2 * PAIRS].reshape(PAIRS, 2)[distractor])
+    assert shuffled >= 6  # "random" does shuffle them
+    with pytest.raises(ValueError, match=r"mqar.needle_order: expected one of \['random', 'written'\], got 'sorted'"):
+        MQARConfig(num_kv_pairs=PAIRS, num_needles=NEEDLES, hub_keys=1, needle_order="sorted")
 
 
 def test_the_config_decides_m_and_bad_values_are_refused_by_name():

@@ -34,6 +34,7 @@ from ccq_jax.tokenizers import BYTE_TOKENIZER
 SOURCES = ("text", "jsonl", "parquet", "hf", "array_record", "mqar", "needle")
 FILE_SOURCES = ("text", "jsonl", "parquet", "array_record")
 SYNTHETIC_SOURCES = ("mqar", "needle")  # generated on the device (synthetic.py)
+NEEDLE_ORDERS = ("random", "written")  # hub-key MQAR's layout of its needle pairs
 TEXT_SPLITS = ("file", "blank_line")
 
 
@@ -61,6 +62,9 @@ class MQARConfig:
     drawn fresh per example (distractor j takes hub j mod m, so m = num_kv_pairs - num_needles
     gives every pair its own key: the isotropic control with the same number of writes), and the
     pairs are laid out in a random order. Needs seq_len >= 2 * num_kv_pairs + 2 * num_needles.
+    `needle_order`: "random" (every pair at a random slot) or "written" (the needles keep their index
+    order among themselves, as Zoology's MQAR writes its pairs, the distractors interleaved at random:
+    MQAR's power-law gaps then put early-written needles early in the query region too).
     """
 
     vocab_size: int = 8192
@@ -70,6 +74,7 @@ class MQARConfig:
     num_examples: int = 100_000
     hub_keys: int = 0
     num_needles: int = 8
+    needle_order: str = "random"
 
     def __post_init__(self):
         check_field_types(self, "mqar.")
@@ -88,6 +93,8 @@ class MQARConfig:
             _require(self.hub_keys <= self.distractors,
                      f"mqar.hub_keys: at most the {self.distractors} distractor pairs (num_kv_pairs - num_needles), "
                      f"got {self.hub_keys}")
+        _require(self.needle_order in NEEDLE_ORDERS,
+                 f"mqar.needle_order: expected one of {list(NEEDLE_ORDERS)}, got {self.needle_order!r}")
 
     @property
     def distractors(self) -> int:

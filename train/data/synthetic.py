@@ -80,7 +80,8 @@ def hub_mqar_example(config: MQARConfig, seq_len: int, key: jax.Array, hubs) -> 
     distractor j (of D) takes hub j mod m; all P values are distinct tokens of [vocab_size/2, vocab_size). The P
     pairs fill [0, 2P) in a random order; in the query region [2P, T) needle i reappears at 2P + 2 g_i (gaps as
     in MQAR) with its value as the target, and only those N positions are scored. Other tokens are 0, or uniform
-    random ids when `random_non_queries`.
+    random ids when `random_non_queries`. `needle_order="written"` sorts the needles' slots (needle i written
+    before needle i + 1).
     """
     half, pairs, needles = config.vocab_size // 2, config.num_kv_pairs, config.num_needles
     k_keys, k_values, k_order, k_gaps, k_fill = jax.random.split(key, 5)
@@ -89,6 +90,8 @@ def hub_mqar_example(config: MQARConfig, seq_len: int, key: jax.Array, hubs) -> 
     pair_keys = jnp.concatenate([distinct[:needles], distinct[needles:][hub_of]])
     values = jax.random.choice(k_values, config.vocab_size - half, (pairs,), replace=False) + half
     slot = jax.random.permutation(k_order, pairs)  # pair i sits at positions 2 slot_i, 2 slot_i + 1
+    if config.needle_order == "written":  # needle i before needle i + 1, the distractors where they fell
+        slot = jnp.concatenate([jnp.sort(slot[:needles]), slot[needles:]])
     gaps = _query_gaps(config, k_gaps, (seq_len - 2 * pairs) // 2, needles)
     queries = 2 * pairs + 2 * gaps
     tokens = jnp.zeros(seq_len, jnp.int32).at[2 * slot].set(pair_keys).at[2 * slot + 1].set(values)
