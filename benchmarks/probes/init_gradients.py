@@ -7,7 +7,7 @@ For each run and seed: a fresh model (the run's preset and overrides, seed s), t
 scored positions of its first training batch, and the global norm of that loss's gradient over each
 group of parameters: the mixer's q/k/v projections and short convolutions, the rest of the mixer, the
 MLPs, and the embedding, head and norms. Prints the mean over seeds and writes every value as JSON.
-A mixer whose group norm is orders of magnitude below the others' starts on a plateau (docs/learning.md).
+A mixer whose group norm is orders of magnitude below the others' starts on a plateau (docs/records/learning-2026-12.md).
 """
 
 import argparse
