@@ -1,7 +1,8 @@
 """Reading a Perfetto trace of `jax.profiler.trace(..., create_perfetto_trace=True)`: its GPU kernel events, their
 kind (matmul, copy/transpose, XLA fusion, Pallas/other) and their time summed by kernel name.
 
-Shared by the benchmarks that trace (`step_profile.py`, `scaling.py`, `trace_attribution.py`, `inference.py`).
+Shared by the benchmarks that trace (`scaling.py`, `inference.py`) and by the probes `probes/step_profile.py` and
+`probes/trace_attribution.py`.
 """
 
 import collections

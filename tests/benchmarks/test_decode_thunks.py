@@ -1,4 +1,4 @@
-"""benchmarks/decode_thunks.py: the thunk-sequence reader counts kernels inside and outside command buffers and
+"""benchmarks/probes/decode_thunks.py: the thunk-sequence reader counts kernels inside and outside command buffers and
 tells a host-driven while loop from one inside a command buffer (an excerpt of a real H200 dump, and variants);
 a compile that dumps nothing is refused by name."""
 
@@ -6,8 +6,8 @@ import argparse
 
 import pytest
 
-from benchmarks import decode_thunks
-from benchmarks.decode_thunks import thunk_summary
+from benchmarks.probes import decode_thunks
+from benchmarks.probes.decode_thunks import thunk_summary
 
 DUMP = """000: kCommandBuffer [source       | next=006 (1)]
     001: kCopy         [source | sink] kCopy

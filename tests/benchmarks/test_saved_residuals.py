@@ -1,15 +1,15 @@
-"""benchmarks/saved_residuals.py on tiny blocks: what a block keeps for its backward pass (tests/layers/
+"""benchmarks/probes/saved_residuals.py on tiny blocks: what a block keeps for its backward pass (tests/layers/
 test_saved_residuals.py checks the functions one by one)."""
 
 import pytest
 
-from benchmarks.saved_residuals import block_residuals
+from benchmarks.probes.saved_residuals import block_residuals
 
 
 @pytest.mark.parametrize("preset", ["ccq-gdn-tiny", "ccq-gla-tiny"])
 def test_a_block_keeps_no_float32_copy_from_those_functions(preset):
-    """benchmarks/saved_residuals.py over a whole block: nothing fp32 is kept from the norms, the convolution, the
-    l2 normalisation, GLA's log gates, the CCQ gate or the MLP (the gates the ops take and their fp32 states are
+    """benchmarks/probes/saved_residuals.py over a whole block: nothing fp32 is kept from the norms, the convolution,
+    the l2 normalisation, GLA's log gates, the CCQ gate or the MLP (the gates the ops take and their fp32 states are
     kept)."""
     rows = block_residuals(preset, batch=2, seqlen=16, attn_impl="chunk")
     assert rows and all(size > 0 for size, _, _ in rows)

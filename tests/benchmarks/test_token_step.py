@@ -1,8 +1,9 @@
-"""benchmarks/token_step.py: every op and tiling gives a record per row count (on a CPU, the kernels interpreted)."""
+"""benchmarks/probes/token_step.py: every op and tiling gives a record per row count (on a CPU, the kernels
+interpreted)."""
 
 import json
 
-from benchmarks.token_step import main
+from benchmarks.probes.token_step import main
 
 
 def test_each_op_and_tiling_is_timed(tmp_path):

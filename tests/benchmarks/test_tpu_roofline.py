@@ -1,9 +1,9 @@
-"""benchmarks/tpu_roofline.py: the kernels' cost estimates reach XLA's cost analysis of a compiled TPU program
+"""benchmarks/probes/tpu_roofline.py: the kernels' cost estimates reach XLA's cost analysis of a compiled TPU program
 (`-m tpu_aot`, the `tpu` extra; .ci/run runs it)."""
 
 import pytest
 
-from benchmarks import tpu_roofline
+from benchmarks.probes import tpu_roofline
 from pallas_kernels import gla_tpu
 
 pytestmark = pytest.mark.tpu_aot

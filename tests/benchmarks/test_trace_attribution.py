@@ -1,11 +1,12 @@
-"""benchmarks/trace_attribution.py: GPU kernel time of a Perfetto trace grouped by the HLO op_name of each kernel."""
+"""benchmarks/probes/trace_attribution.py: GPU kernel time of a Perfetto trace grouped by the HLO op_name of each
+kernel."""
 
 import gzip
 import json
 
 import pytest
 
-from benchmarks.trace_attribution import attribute
+from benchmarks.probes.trace_attribution import attribute
 
 HLO = """HloModule jit__lambda
   %fusion.3 = f32[8]{0} fusion(%p), kind=kLoop, metadata={op_name="jit(<lambda>)/while/body/eval_jaxpr/jvp()/mul"}

@@ -141,7 +141,7 @@ def test_mosaic_passes_compile_without_spills(tmp_path):
     """ptxas's report on the three Mosaic GPU kernels (Mosaic GPU writes it with MOSAIC_GPU_DUMP_PTXAS and
     MOSAIC_GPU_DUMP_TO, read once per process, hence a process of its own): no register spills and no
     serialized wgmma. The state gradient's pass had both, and twice its time, until its operands were addressed
-    through `opaque_zero` (CHANGELOG.md, 2026-12-01)."""
+    through `opaque_zero` (docs/records/changelog-sessions-2026-11-12.md, 2026-12-01)."""
     env = dict(os.environ, MOSAIC_GPU_DUMP_PTXAS="1", MOSAIC_GPU_DUMP_TO=str(tmp_path))
     subprocess.run([sys.executable, "-c", _COMPILE_MOSAIC_PASSES], env=env, check=True, timeout=600,
                    cwd=Path(__file__).resolve().parents[2])

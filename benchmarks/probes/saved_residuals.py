@@ -1,6 +1,6 @@
 """What autodiff keeps for the backward pass of one block of a preset: the saved residuals, largest first.
 
-    PYTHONPATH=. python benchmarks/saved_residuals.py --preset gdn-1.3b --batch 4 --seqlen 4096
+    PYTHONPATH=. python benchmarks/probes/saved_residuals.py --preset gdn-1.3b --batch 4 --seqlen 4096
 
 Traces one `Block` (mixer + MLP, bf16 compute on `--param-dtype` parameters, `--attn-impl`) with
 `jax.ad_checkpoint`'s saved-residual analysis: no compilation and no device memory beyond the

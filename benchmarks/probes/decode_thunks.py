@@ -1,6 +1,6 @@
 """How XLA's GPU runtime will launch the decode loop: its thunk sequence, compiled for an H200 without one.
 
-    JAX_PLATFORMS=cpu PYTHONPATH=. python benchmarks/decode_thunks.py --preset gla-1.3b --layers 2 \
+    JAX_PLATFORMS=cpu PYTHONPATH=. python benchmarks/probes/decode_thunks.py --preset gla-1.3b --layers 2 \
         --flags "" "--xla_gpu_enable_command_buffer=+WHILE,+CONDITIONAL"
 
 For each XLA_FLAGS variant, a child process compiles `decode`'s greedy loop (`--tokens` tokens at `--rows` rows,

@@ -1,6 +1,6 @@
 """The one-token step alone on a GPU: XLA's recurrence against the one-token kernels at several tilings.
 
-    PYTHONPATH=. python benchmarks/token_step.py --out token_step.jsonl
+    PYTHONPATH=. python benchmarks/probes/token_step.py --out token_step.jsonl
 
 For each op and row count at the 1.3B heads (GLA and CCQ-GLA: H = 4, K = 256, V = 512; Gated DeltaNet: H = 6), one
 compiled program runs `--steps` decode steps back to back (unrolled: no host round trip between them), each feeding

@@ -1,12 +1,12 @@
 """Where a traced step's GPU time goes, by the JAX operation each kernel came from.
 
-    python benchmarks/trace_attribution.py TRACE.json.gz HLO_AFTER_OPTIMIZATIONS.txt[.gz] --steps 5
+    python benchmarks/probes/trace_attribution.py TRACE.json.gz HLO_AFTER_OPTIMIZATIONS.txt[.gz] --steps 5
 
 The trace is `step_profile.py --trace --keep-trace PATH`'s Perfetto file, taken with CUDA graphs
 off and the optimized HLO dumped, so each kernel event names the HLO instruction it runs:
 
     XLA_FLAGS="--xla_gpu_enable_command_buffer= --xla_dump_to=DIR --xla_dump_hlo_module_re=jit__lambda" \
-        python benchmarks/step_profile.py ... --trace --keep-trace trace.json.gz
+        python benchmarks/probes/step_profile.py ... --trace --keep-trace trace.json.gz
 
 Each instruction's `op_name` metadata (the JAX name stack: `jvp(...)` forward, `transpose(jvp(...))`
 backward, `checkpoint` recomputed, `jit(gla)/chunk_dqk` a Pallas kernel) is the group key, with

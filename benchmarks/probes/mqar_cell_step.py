@@ -1,6 +1,6 @@
 """Step time of one MQAR sweep cell (`study.mqar_sweep`): the rates trained side by side, per family and impl.
 
-    PYTHONPATH=. python benchmarks/mqar_cell_step.py gdn:pallas:128:4 gdn:chunk:128:4 --out results/mqar/step_time.json
+    PYTHONPATH=. python benchmarks/probes/mqar_cell_step.py gdn:pallas:128:4 gdn:chunk:128:4 --out results/mqar/step_time.json
 
 Each case is family:impl:width:members (members: how many of the sweep's rates train side by side, 1-4) on the
 cell `--cell`. Per case: the first call of `--steps` steps (compilation included), then the same call again,

@@ -1,6 +1,6 @@
 """Where a train step's device time goes: variants of a case timed alone, and a kernel-level trace of the first.
 
-    PYTHONPATH=. python benchmarks/step_profile.py --case text-100m --set "data.paths=[DIR]" \
+    PYTHONPATH=. python benchmarks/probes/step_profile.py --case text-100m --set "data.paths=[DIR]" \
         --variant base: --variant bf16-params:model.param_dtype=bfloat16 --trace --out results/loop/profile.json
 
 Each `--variant LABEL:KEY=VALUE,KEY=VALUE` is the case (`benchmarks/train_loop.py`) with those

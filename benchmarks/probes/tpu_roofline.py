@@ -1,6 +1,6 @@
 """Roofline of each op's forward+backward on TPUs, from ahead-of-time compilation on a CPU (no TPU needed).
 
-    JAX_PLATFORMS=cpu python benchmarks/tpu_roofline.py --out results/bench/tpu_roofline.json
+    JAX_PLATFORMS=cpu python benchmarks/probes/tpu_roofline.py --out results/bench/tpu_roofline.json
 
 Needs the `tpu` extra (libtpu). Each op at the 1.3B shapes (B=4, T=4096, bf16; GLA H=4, Gated
 DeltaNet H=6; K=256, V=512), `impl="pallas_mosaic_tpu"` and XLA's `"chunk"`, is compiled for one

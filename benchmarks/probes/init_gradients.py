@@ -1,13 +1,13 @@
 """Gradient norms at initialisation, by parameter group, for the runs of a training config.
 
-    python benchmarks/init_gradients.py --config mqar-tiny --seeds 0-2 --out results/demo/init_gradients.json
-    python benchmarks/init_gradients.py --set model.initializer_range=0.02
+    python benchmarks/probes/init_gradients.py --config mqar-tiny --seeds 0-2 --out results/demo/init_gradients.json
+    python benchmarks/probes/init_gradients.py --set model.initializer_range=0.02
 
 For each run and seed: a fresh model (the run's preset and overrides, seed s), the mean loss over the
 scored positions of its first training batch, and the global norm of that loss's gradient over each
 group of parameters: the mixer's q/k/v projections and short convolutions, the rest of the mixer, the
 MLPs, and the embedding, head and norms. Prints the mean over seeds and writes every value as JSON.
-A mixer whose group norm is orders of magnitude below the others' starts on a plateau (docs/learning.md).
+A mixer whose group norm is orders of magnitude below the others' starts on a plateau (docs/records/learning-2026-12.md).
 """
 
 import argparse
@@ -16,7 +16,7 @@ import pathlib
 import re
 import sys
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 GROUPS = (("mixer q/k/v + conv", re.compile(r"attn/[qkv]_(proj|conv1d)/")), ("mixer other", re.compile(r"attn/")),
@@ -77,7 +77,7 @@ def main(argv=None):
         print(f"| {run} | " + " | ".join(f"{m:.2e}" for m in means) + " |")
     if a.out:
         pathlib.Path(a.out).write_text(json.dumps({"config": a.config, "overrides": a.overrides, "seeds": seeds,
-                                                   "command": " ".join(["python", "benchmarks/init_gradients.py",
+                                                   "command": " ".join(["python", "benchmarks/probes/init_gradients.py",
                                                                         *(sys.argv[1:] if argv is None else argv)]),
                                                    "norms": results}, indent=1))
 
