@@ -2,6 +2,7 @@
 
     python -m study.hub_mqar run --out results/hub_mqar/runs.jsonl [--families gla,ccq-gla] [--steps 3000]
         [--seq-len 256 --pairs 64 --needles 16 --batch 128 --needle-order random] [--hubs 1,2,4,48] [--seeds 0,1,2]
+        [--width 64] [--rates 0.00215]
     python -m study.hub_mqar table results/hub_mqar/runs.jsonl --plot results/hub_mqar/needle_accuracy.png
 
 The task (`MQARConfig.hub_keys`, train/data/synthetic.py): T = 256 tokens, 64 key-value pairs in a random
@@ -79,8 +80,8 @@ class Shape:
     needle_order: str = "random"
 
 
-def run_config(family: str, steps: int, impl: str, shape: Shape = Shape()) -> TrainConfig:
-    """The training run of one family (the data's seed and m are set per member)."""
+def run_config(family: str, steps: int, impl: str, shape: Shape = Shape(), width: int = WIDTH) -> TrainConfig:
+    """The training run of one family at `width` (the data's seed and m are set per member)."""
     base, ccq = FAMILIES[family]
     data = DataConfig(source="mqar", seq_len=shape.seq_len, batch_size=shape.batch,
                       mqar=MQARConfig(vocab_size=VOCAB, num_kv_pairs=shape.pairs, num_needles=shape.needles,
@@ -89,7 +90,7 @@ def run_config(family: str, steps: int, impl: str, shape: Shape = Shape()) -> Tr
     optim = OptimConfig(lr=1.0, warmup_steps=min(100, steps // 10), schedule="cosine", min_lr_ratio=0.1,
                         weight_decay=0.1, grad_clip=1.0)
     return TrainConfig(name=f"hub-mqar-{family}", model=f"{base}-tiny",
-                       model_overrides={**model_overrides(base, WIDTH, impl), **ccq}, data=data, optim=optim,
+                       model_overrides={**model_overrides(base, width, impl), **ccq}, data=data, optim=optim,
                        steps=steps, checkpoint_every=0, eval_batches=0)
 
 
@@ -112,9 +113,9 @@ class Members:
 
 
 def train_family(family: str, members: Members, steps: int, impl: str, shape: Shape = Shape(),
-                 steps_per_call: int = 100, test_examples: int = TEST_EXAMPLES) -> list[dict]:
+                 steps_per_call: int = 100, test_examples: int = TEST_EXAMPLES, width: int = WIDTH) -> list[dict]:
     """Train every member of one family side by side; one result dict per member (`Members.rows` order)."""
-    cfg = run_config(family, steps, impl, shape)
+    cfg = run_config(family, steps, impl, shape, width)
     mesh = make_mesh(cfg.mesh)
     data = SyntheticBatches(cfg.data)
     hubs, seeds, rates = members.arrays()
@@ -162,29 +163,31 @@ def shape_of(row) -> Shape:
 
 def _done(out: pathlib.Path) -> set:
     rows = [json.loads(line) for line in out.read_text().splitlines() if line.strip()] if out.exists() else []
-    return {(r["family"], r["steps"], shape_of(r)) for r in rows}
+    return {(r["family"], r["steps"], shape_of(r), r.get("width", WIDTH)) for r in rows}
 
 
-def run(out: pathlib.Path, families, members: Members, steps: int, impl: str, shape: Shape = Shape()) -> int:
-    """Train every family not yet in `out` at `steps` and `shape`, appending its members' rows; returns how many
-    trained."""
+def run(out: pathlib.Path, families, members: Members, steps: int, impl: str, shape: Shape = Shape(),
+        width: int = WIDTH) -> int:
+    """Train every family not yet in `out` at `steps`, `shape` and `width`, appending its members' rows; returns
+    how many trained."""
     out.parent.mkdir(parents=True, exist_ok=True)
-    todo = [f for f in families if (f, steps, shape) not in _done(out)]
+    todo = [f for f in families if (f, steps, shape, width) not in _done(out)]
     for family in todo:
-        rows = train_family(family, members, steps, impl, shape)
+        rows = train_family(family, members, steps, impl, shape, width=width)
         with out.open("a") as f:
             for row in rows:
-                f.write(json.dumps({"family": family, "steps": steps, "impl": impl, **dataclasses.asdict(shape),
+                f.write(json.dumps({"family": family, "steps": steps, "width": width, "impl": impl,
+                                    **dataclasses.asdict(shape),
                                     "device": jax.devices()[0].device_kind, **row}) + "\n")
         print(summary_line(family, rows), flush=True)
     return len(todo)
 
 
 def best_over_rates(rows) -> dict:
-    """{(family, steps, hubs, seed): the row of the best test accuracy over the rates}."""
+    """{(family, steps, width, hubs, seed): the row of the best test accuracy over the rates}."""
     best = {}
     for r in rows:
-        key = (r["family"], r["steps"], r["hubs"], r["seed"])
+        key = (r["family"], r["steps"], r.get("width", WIDTH), r["hubs"], r["seed"])
         if key not in best or r["test_accuracy"] > best[key]["test_accuracy"]:
             best[key] = r
     return best
@@ -194,26 +197,26 @@ def summary_line(family: str, rows) -> str:
     best = best_over_rates([{**r, "family": family, "steps": 0} for r in rows])
     cells = []
     for m in sorted({r["hubs"] for r in rows}):
-        acc = [b["test_accuracy"] for (_, _, hubs, _), b in best.items() if hubs == m]
+        acc = [b["test_accuracy"] for (*_, hubs, _), b in best.items() if hubs == m]
         cells.append(f"m={m}: {100 * np.mean(acc):.1f}%")
     return f"{family:>20s} " + ", ".join(cells) + f" ({rows[0]['train_s']:.0f} s)"
 
 
 def table(rows) -> str:
-    """Markdown: per family and m, needle accuracy (best over the rates) mean +- sd over seeds and each seed; CCQ
-    off on the same checkpoints; the read's applied contraction at the needle queries and mean lambda."""
+    """Markdown: per family, width and m, needle accuracy (best over the rates) mean +- sd over seeds and each
+    seed; CCQ off on the same checkpoints; the read's applied contraction at the needle queries and mean lambda."""
     best = best_over_rates(rows)
-    lines = ["| family | steps | m | seeds | needle accuracy % (mean +- sd) | per seed | CCQ off % | lambda | "
-             "applied at queries | eig_max | eff. rank |", "|---|---:|---:|---|---:|---|---:|---:|---:|---:|---:|"]
-    keys = sorted({(f, st, m) for f, st, m, _ in best}, key=lambda k: (list(FAMILIES).index(k[0]), k[1], k[2]))
-    for family, steps, m in keys:
-        runs = [best[k] for k in sorted(best) if k[:3] == (family, steps, m)]
+    lines = ["| family | steps | width | m | seeds | needle accuracy % (mean +- sd) | per seed | CCQ off % | lambda | "
+             "applied at queries | eig_max | eff. rank |", "|---|---:|---:|---:|---|---:|---|---:|---:|---:|---:|---:|"]
+    keys = sorted({k[:4] for k in best}, key=lambda k: (list(FAMILIES).index(k[0]), *k[1:]))
+    for family, steps, width, m in keys:
+        runs = [best[k] for k in sorted(best) if k[:4] == (family, steps, width, m)]
         acc = np.array([100 * r["test_accuracy"] for r in runs])
         off = [100 * r["test_accuracy_ccq_off"] for r in runs if r["test_accuracy_ccq_off"] is not None]
         eng = [r["engagement"] for r in runs if r["engagement"] is not None]
         mean = lambda name: f"{np.mean([e[name] for e in eng]):.3g}" if eng else "-"
         pct = lambda name: f"{100 * np.mean([e[name] for e in eng]):.2f} %" if eng else "-"
-        lines.append(f"| {family} | {steps} | {m} | {', '.join(str(r['seed']) for r in runs)} | "
+        lines.append(f"| {family} | {steps} | {width} | {m} | {', '.join(str(r['seed']) for r in runs)} | "
                      f"{acc.mean():.1f} +- {acc.std(ddof=1) if len(acc) > 1 else 0:.1f} | "
                      f"{' / '.join(f'{a:.1f}' for a in acc)} | {f'{np.mean(off):.1f}' if off else '-'} | "
                      f"{mean('lambda_mean')} | {pct('applied_at_positions')} | {mean('sigma_top1')} | "
@@ -231,10 +234,11 @@ def plot(rows, path: pathlib.Path) -> pathlib.Path:
 
     best = best_over_rates(rows)
     fig, ax = plt.subplots(figsize=(6.5, 4))
-    for family in [f for f in FAMILIES if any(k[0] == f for k in best)]:
-        hubs = sorted({k[2] for k in best if k[0] == family})
-        per = {m: [100 * b["test_accuracy"] for k, b in best.items() if k[0] == family and k[2] == m] for m in hubs}
-        line, = ax.plot(hubs, [np.mean(per[m]) for m in hubs], marker="o", label=family)
+    for family, width in sorted({k[0:3:2] for k in best}, key=lambda fw: (list(FAMILIES).index(fw[0]), fw[1])):
+        mine = {k: b for k, b in best.items() if k[0] == family and k[2] == width}
+        hubs = sorted({k[3] for k in mine})
+        per = {m: [100 * b["test_accuracy"] for k, b in mine.items() if k[3] == m] for m in hubs}
+        line, = ax.plot(hubs, [np.mean(per[m]) for m in hubs], marker="o", label=f"{family} (width {width})")
         for m in hubs:
             ax.scatter([m] * len(per[m]), per[m], s=10, color=line.get_color(), alpha=0.5)
     shape = shape_of(rows[0])
@@ -255,6 +259,10 @@ def _ints(text: str) -> tuple:
     return tuple(int(x) for x in text.split(",") if x)
 
 
+def _floats(text: str) -> tuple:
+    return tuple(float(x) for x in text.split(",") if x)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
@@ -271,6 +279,10 @@ def main(argv=None) -> int:
     go.add_argument("--seeds", type=_ints, default=SEEDS)
     go.add_argument("--steps", type=int, default=2000)
     go.add_argument("--impl", default="chunk", help="attn_impl of the linear models")
+    go.add_argument("--width", type=int, default=WIDTH, help="model width (one head per 64 features)")
+    go.add_argument("--rates", type=_floats, default=RATES,
+                    help=f"learning rates trained side by side (default {RATES[0]:.3g}; Zoology's four: "
+                         f"{','.join(f'{r:.3g}' for r in LEARNING_RATES)})")
     show = sub.add_parser("table", help="the table (and a plot) of a run's rows")
     show.add_argument("rows", type=pathlib.Path)
     show.add_argument("--plot", type=pathlib.Path, default=None)
@@ -280,7 +292,7 @@ def main(argv=None) -> int:
             p.error(f"--steps: expected >= 1, got {a.steps}")
         shape = Shape(a.seq_len, a.pairs, a.needles, a.batch, a.needle_order)
         hubs = a.hubs or (1, 2, 4, a.pairs - a.needles)
-        run(a.out, a.families, Members(hubs, a.seeds, RATES), a.steps, a.impl, shape)
+        run(a.out, a.families, Members(hubs, a.seeds, a.rates), a.steps, a.impl, shape, a.width)
         return 0
     rows = [json.loads(line) for line in a.rows.read_text().splitlines() if line.strip()]
     print(table(rows))

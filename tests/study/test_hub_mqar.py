@@ -97,4 +97,7 @@ def test_the_table_takes_the_best_rate_per_seed_and_reports_ccq_off_and_the_enga
              "test_accuracy_ccq_off": acc / 2, "engagement": engagement}
             for s, lr, acc in [(0, 1e-3, 0.5), (0, 2e-3, 0.7), (1, 1e-3, 0.9)]]
     text = hub_mqar.table(rows)
-    assert "| ccq-gla | 10 | 1 | 0, 1 | 80.0 +- 14.1 | 70.0 / 90.0 | 40.0 | 0.2 | 5.00 % | 0.3 | 4 |" in text
+    assert "| ccq-gla | 10 | 64 | 1 | 0, 1 | 80.0 +- 14.1 | 70.0 / 90.0 | 40.0 | 0.2 | 5.00 % | 0.3 | 4 |" in text
+    wide = [{**r, "width": 128, "test_accuracy": 1.0} for r in rows]  # another width is another row, never maxed over
+    text = hub_mqar.table(rows + wide)
+    assert "| ccq-gla | 10 | 64 | 1 | 0, 1 | 80.0 +- 14.1 |" in text and "| ccq-gla | 10 | 128 | 1 | 0, 1 | 100.0 +- 0.0 |" in text
