@@ -34,7 +34,7 @@ from flax import nnx
 from tqdm import tqdm
 
 from ccq_jax.cli import user_path
-from ccq_jax.checkpoints import checkpoint_step_dir, read_train_config
+from ccq_jax.checkpoint_format import checkpoint_step_dir, read_train_config
 from ccq_jax.engagement import read_engagement
 from ccq_jax.models import count_params
 from ccq_jax.progress import progress as progress_bar
