@@ -48,7 +48,7 @@ def measure(preset, batch_size, seqlen, steps, warmup, peak_tflops, attn_impl, p
     mesh = make_mesh(mesh_config or MeshConfig(), devices if devices is not None else jax.devices()[:1])
     run = TrainConfig(name=preset, model=preset, model_overrides=overrides, seed=0, steps=steps + warmup,
                       optim=OptimConfig(lr=1e-4, warmup_steps=0), loss_chunk_len=loss_chunk_len)
-    graphdef, others, state, _, step, _ = build_train_call(run, mesh, cfg)  # cfg: the preset's vocabulary kept
+    graphdef, others, state, step, _ = build_train_call(run, mesh, cfg)  # cfg: the preset's vocabulary kept
     train_step, _ = compile_steps(step, make_eval_step(graphdef, others, loss_chunk_len), state, mesh)
     rng = np.random.default_rng(0)
 

@@ -113,8 +113,8 @@ def compile_run(cfg, devices, *, tpu: bool) -> dict:
     mcfg = fit_vocab(cfg, vocab_size)
     mcfg = for_tpu(mcfg) if tpu else mcfg
     # checks="eager": the call must be a jitted function to trace and lower (checkify's wrapper is not one)
-    _, _, state, _, _, call = build_train_call(cfg, mesh, mcfg, synthetic.batch if synthetic is not None else None,
-                                               abstract=True, checks="eager")
+    _, _, state, _, call = build_train_call(cfg, mesh, mcfg, synthetic.batch if synthetic is not None else None,
+                                            abstract=True, checks="eager")
     n = jax.ShapeDtypeStruct((), jnp.int32, sharding=replicated(mesh))
     args = (state, n) if synthetic is not None else (state, n, abstract_batches(cfg.data, mesh, cfg.steps_per_call))
     chips = mesh.devices.size

@@ -306,7 +306,7 @@ def _train(cfg: TrainConfig, workdir: pathlib.Path, progress: bool, preempted: _
         abstract = build_train_call(cfg, mesh, mcfg, make_batch, abstract=True).state
         check_free_space(workdir, sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(abstract)),
                          cfg.keep_checkpoints)
-        graphdef, others, state, _, _, run_call = build_train_call(cfg, mesh, mcfg, make_batch)
+        graphdef, others, state, _, run_call = build_train_call(cfg, mesh, mcfg, make_batch)
         eval_step = compile_eval_step(make_eval_step(graphdef, others, cfg.loss_chunk_len), state, mesh)
         n_params = count_params(mcfg)
 

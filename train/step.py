@@ -235,13 +235,12 @@ def compile_steps(train_step, eval_step, state: TrainState, mesh):
 
 class TrainCall(NamedTuple):
     """What `build_train_call` built: the model's graph definition and non-parameter variables, the train state
-    (arrays in their shards, or `ShapeDtypeStruct`s), the optimizer, the train step (uncompiled) and the compiled
-    call `run` (`compile_train_calls`)."""
+    (arrays in their shards, or `ShapeDtypeStruct`s), the train step (uncompiled) and the compiled call `run`
+    (`compile_train_calls`)."""
 
     graphdef: Any
     others: Any
     state: TrainState
-    optimizer: optax.GradientTransformation
     step: Callable
     run: Callable
 
@@ -267,4 +266,4 @@ def build_train_call(cfg: TrainConfig, mesh, model: ModelConfig | None = None, m
         state, step = wrap(graphdef, others, state, step)
     run = compile_train_calls(step, state, mesh, cfg.steps_per_call, make_batch,
                               cfg.checks if checks is None else checks)
-    return TrainCall(graphdef, others, state, optimizer, step, run)
+    return TrainCall(graphdef, others, state, step, run)
