@@ -5,8 +5,8 @@
     ccq-compile --config smoke                                          # this machine's own devices
 
 Nothing runs and no data is read: the train call is the one training builds
-(`train.step.build_train_call`), its state abstract (shapes and shardings only) and the batch a stack of `ShapeDtypeStruct`s, so a pod's program
-compiles on a laptop, the way MaxText's `train_compile.py` checks a config before it takes a
+(`train.step.build_train_call`), its state abstract (shapes and shardings only) and the batch a
+stack of `ShapeDtypeStruct`s, so a pod's program compiles on a laptop, the way MaxText's `train_compile.py` checks a config before it takes a
 pod. With `--topology`, the devices are those of `jax.experimental.topologies` (needs the
 `tpu` extra, libtpu; run with JAX_PLATFORMS=cpu), the program is lowered for the TPU and the
 real XLA/Mosaic compiler builds it, so kernel VMEM limits, sharding and HBM all get checked.
