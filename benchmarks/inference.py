@@ -45,7 +45,6 @@ import argparse
 import itertools
 import json
 import os
-import time
 
 import jax
 import numpy as np
@@ -54,31 +53,11 @@ from flax import nnx
 from benchmarks import records
 from benchmarks.inference_kernels import decode_step_kernels, impl_pairs, shapes
 from benchmarks.gpu_trace import by_kind, gpu_kernels, kernel_times, trace_call
+from benchmarks.timing import best_seconds, best_times
 from ccq_jax.inference import cache_nbytes, decode, decode_rows, generate, init_cache, prefill, split_model
 from ccq_jax.models import CausalLM, count_params, get_config, with_config
 from ccq_jax.ops import IMPLS
 from ccq_jax.ops.lm_head import HEAD_IMPLS
-
-
-def best_times(fn, repeats: int, wait=jax.block_until_ready) -> tuple[float, float]:
-    """(best time until the device has finished, best time until fn() returned) over `repeats` timed runs of fn
-    after one untimed (compiling) run; `wait(result)` returns once the device has finished the run (JAX by default;
-    `lambda _: torch.cuda.synchronize()` for PyTorch). The second is the host's share of a call whose device work
-    is dispatched asynchronously."""
-    wait(fn())
-    done = returned = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        result = fn()
-        returned = min(returned, time.perf_counter() - start)
-        wait(result)
-        done = min(done, time.perf_counter() - start)
-    return done, returned
-
-
-def best_seconds(fn, repeats: int, wait=jax.block_until_ready) -> float:
-    """The first of `best_times`: the best time until the device has finished."""
-    return best_times(fn, repeats, wait)[0]
 
 
 def _prompt(batch: int, length: int, vocab: int, seed: int = 0):
@@ -233,7 +212,7 @@ def main(argv=None) -> int:
                    a.count_ops, a.attn_impl, a.decode_impls, a.head_impls)
         plain = preset.removeprefix("ccq-")
         if a.fla and not any(r["side"] == "fla" and r["preset"] == plain for r in results):
-            from benchmarks.inference_fla import fla_records  # torch only when asked for
+            from benchmarks.inference_fla import fla_records  # torch and transformers only when asked for
 
             # fla first: it compiles nothing, so a time limit that stops the run leaves both sides of the first shapes
             new = itertools.chain(fla_records(plain, a.prefill, a.decode, a.tokens, a.repeats), new)

@@ -2,7 +2,7 @@
 
 fla builds the model from our preset's config (`ccq_jax.convert.config_to_fla`, the mapping the checkpoint
 conversion uses) with its own initialisation. Timed, each the best of `repeats` after one warm-up run
-(`benchmarks.inference.best_seconds`, the GPU synchronised after each run):
+(`benchmarks.timing.best_seconds`, the GPU synchronised after each run):
 - `prefill` B:P: one forward of the prompt with `use_cache=True` (the cache fla's generation continues from);
 - `decode` B:P (`decode, HF generate`): `model.generate` of `tokens` new tokens greedily (all of them: no early
   end), minus the prefill of the same prompt, per token;
@@ -13,7 +13,7 @@ conversion uses) with its own initialisation. Timed, each the best of `repeats` 
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
-from benchmarks.inference import best_seconds
+from benchmarks.timing import best_seconds
 from ccq_jax.convert.config import config_to_fla
 from ccq_jax.models import get_config
 from ccq_jax.torch_reference.models import register

@@ -27,7 +27,18 @@ import time
 
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # torch and JAX share the GPU
 
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
+
+import ccq_jax.ops as ops  # noqa: E402
+from ccq_jax.ops.pallas_layout import chunk_cumsum, layout  # noqa: E402
+from ccq_jax.ops.src.gated_delta_rule import kernel_twins  # noqa: E402
+from ccq_jax.ops.src.gated_delta_rule.factors import head_factors  # noqa: E402
+from pallas_kernels import ccq_read, delta_rule, delta_wy, mosaic_delta_states  # noqa: E402
+from pallas_kernels import linear_attention as la  # noqa: E402
+from pallas_kernels import linear_attention_grad as la_grad  # noqa: E402
+from pallas_kernels.tiles import DEFAULT_CONFIG, KernelConfig  # noqa: E402
 
 SHAPES = {"gla": dict(H=4, K=256, V=512), "gdn": dict(H=6, K=256, V=512)}
 OURS = {"gla": ("gla", "ccq_gla"), "gdn": ("gated_delta_rule", "ccq_gated_delta_rule")}
@@ -94,9 +105,6 @@ def time_fla(family, x, reps):
 
 
 def ours_fn(op_name, impl, grad, chunk=None):
-    import jax
-    import ccq_jax.ops as ops
-
     op = getattr(ops, op_name)
 
     def forward(q, k, v, g, beta, lam):
@@ -115,8 +123,6 @@ def ours_fn(op_name, impl, grad, chunk=None):
 
 def ours_args(x, grad):
     """The arguments of `ours_fn`'s functions from NumPy inputs x: bf16 q, k, v (and do with grad), fp32 gates."""
-    import jax.numpy as jnp
-
     bf = lambda a: jnp.asarray(a, jnp.bfloat16)
     return ([bf(x["q"]), bf(x["k"]), bf(x["v"]), jnp.asarray(x["g"]), jnp.asarray(x.get("beta", x["lam"])),
              jnp.asarray(x["lam"])] + ([bf(x["do"])] if grad else []))
@@ -138,8 +144,6 @@ def time_ours(op_name, impl, x, reps, chunk=None):
 def _time_queued(fn, args, reps, rounds=5):
     """ms per call: `reps` calls queued back to back (JAX dispatches asynchronously, so the GPU runs them
     without gaps, as `triton.testing.do_bench` runs fla's) and one wait; the median over `rounds`."""
-    import jax
-
     jax.block_until_ready(fn(*args))
     times = []
     for _ in range(rounds):
@@ -154,17 +158,6 @@ def _kernel_times(family, B, T, timed, shape=None, config=None):
     """Calls timed(name, jitted kernel, *its arguments) for each Pallas kernel of `family`'s passes and of the CCQ
     read, on the benchmark's inputs (B, T) and shapes (`shape`: {H, K, V} in place of the family's own), with the
     Triton kernels' `KernelConfig` `config` (None: each kernel's own tiling)."""
-    import jax
-    import jax.numpy as jnp
-
-    from ccq_jax.ops.pallas_layout import chunk_cumsum, layout
-    from ccq_jax.ops.src.gated_delta_rule import kernel_twins
-    from ccq_jax.ops.src.gated_delta_rule.factors import head_factors
-    from pallas_kernels import ccq_read, delta_rule, delta_wy, mosaic_delta_states
-    from pallas_kernels import linear_attention as la
-    from pallas_kernels import linear_attention_grad as la_grad
-    from pallas_kernels.tiles import DEFAULT_CONFIG
-
     C = 64
     jit = jax.jit
     x = bench_inputs(family, B, T, shape=shape)
@@ -270,9 +263,6 @@ def breakdown(B, T, reps, configs, families, kernels=None, shape=None):
     """Times each kernel of the GLA and gated-delta-rule passes alone, for several (tile width, warps, stages)
     settings (`KernelConfig`s); "default" in a place keeps each kernel's own choice there. kernels: name parts;
     only the kernels whose names contain one are timed (all when None)."""
-    import jax
-
-    from pallas_kernels.tiles import KernelConfig
 
     def run(fn, *args):
         try:

@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 
 from benchmarks import records
-from benchmarks.inference import best_seconds
+from benchmarks.timing import best_seconds
 from ccq_jax.ops.lm_head import head_logits
 from pallas_kernels.tiles import KernelConfig
 

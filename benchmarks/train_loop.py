@@ -30,13 +30,12 @@ import jax.numpy as jnp
 from ccq_jax import configlib
 from ccq_jax.configlib import parse_overrides
 from ccq_jax.models import count_params
-from train.config import TrainConfig, apply_overrides
+from train.config import TrainConfig, apply_overrides, fit_vocab
 from train.data import build_pipeline
-from train.loop import model_config, train
+from train.loop import train
 from train.metrics import read_metrics
-from train.optim import make_optimizer
 from train.sharding import host_batch_to_global, make_mesh
-from train.step import init_state, make_train_step
+from train.step import build_train_call
 
 _LOOP = {"steps": 1000, "log_every": 100, "eval_batches": 0, "checkpoint_every": 0, "keep_checkpoints": 1,
          "optim": {"lr": 1e-3, "warmup_steps": 50}}
@@ -94,11 +93,8 @@ def device_steps(cfg: TrainConfig, probe: int, mesh):
     synthetic = getattr(pipeline, "synthetic", None)
     batch = (jax.jit(synthetic.batch)(jnp.int32(0)) if synthetic is not None
              else host_batch_to_global(next(iter(pipeline.dataset)), mesh))
-    mcfg = model_config(cfg, pipeline.vocab_size)
-    optimizer = make_optimizer(cfg.optim, cfg.steps)
-    graphdef, others, state = init_state(mcfg, optimizer, mesh, cfg.seed)
-    step = make_train_step(graphdef, others, optimizer, grad_accum=cfg.grad_accum, skip_nonfinite=False,
-                           loss_chunk_len=cfg.loss_chunk_len)
+    built = build_train_call(dataclasses.replace(cfg, on_nan="stop"), mesh, fit_vocab(cfg, pipeline.vocab_size))
+    state, step = built.state, built.step
     steps = jax.jit(lambda s, b: jax.lax.fori_loop(0, probe, lambda _, s: step(s, b)[0], s), donate_argnums=0)
     return steps, state, batch
 
@@ -144,7 +140,7 @@ def main(argv=None):
         overrides.pop("steps_per_call", None)  # an older checkout: one step per call
     cfg = case_config(a.case, overrides)
     mesh = make_mesh(cfg.mesh)
-    n_params = count_params(model_config(cfg, build_pipeline(cfg.data).vocab_size))
+    n_params = count_params(fit_vocab(cfg, build_pipeline(cfg.data).vocab_size))
     result = {"case": a.case, "label": a.label, "params": n_params, "device": jax.devices()[0].device_kind,
               "steps_per_call": getattr(cfg, "steps_per_call", 1), "batch": cfg.data.batch_size,
               "seq_len": cfg.data.seq_len, "model": cfg.model, "overrides": overrides}

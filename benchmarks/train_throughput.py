@@ -29,9 +29,10 @@ import numpy as np
 
 from ccq_jax.compilation import CompileCounter
 from ccq_jax.models import count_params, get_config
-from train.optim import OptimConfig, make_optimizer
+from train.config import TrainConfig
+from train.optim import OptimConfig
 from train.sharding import MeshConfig, batch_sharding, make_mesh
-from train.step import compile_steps, init_state, make_eval_step, make_train_step
+from train.step import build_train_call, compile_steps, make_eval_step
 
 
 def measure(preset, batch_size, seqlen, steps, warmup, peak_tflops, attn_impl, param_dtype="float32", remat=False,
@@ -45,11 +46,10 @@ def measure(preset, batch_size, seqlen, steps, warmup, peak_tflops, attn_impl, p
         overrides["attn_impl"] = attn_impl
     cfg = get_config(preset, **overrides)
     mesh = make_mesh(mesh_config or MeshConfig(), devices if devices is not None else jax.devices()[:1])
-    optimizer = make_optimizer(OptimConfig(lr=1e-4, warmup_steps=0), steps + warmup)
-    graphdef, others, state = init_state(cfg, optimizer, mesh, seed=0)
-    train_step, _ = compile_steps(make_train_step(graphdef, others, optimizer, grad_accum=1, skip_nonfinite=False,
-                                                  loss_chunk_len=loss_chunk_len),
-                                  make_eval_step(graphdef, others, loss_chunk_len), state, mesh)
+    run = TrainConfig(name=preset, model=preset, model_overrides=overrides, seed=0, steps=steps + warmup,
+                      optim=OptimConfig(lr=1e-4, warmup_steps=0), loss_chunk_len=loss_chunk_len)
+    graphdef, others, state, step, _ = build_train_call(run, mesh, cfg)  # cfg: the preset's vocabulary kept
+    train_step, _ = compile_steps(step, make_eval_step(graphdef, others, loss_chunk_len), state, mesh)
     rng = np.random.default_rng(0)
 
     def batch():  # fresh for every step: a repeated batch is memorised within a few steps

@@ -11,7 +11,8 @@ The model is read by `ccq_jax.models.pretrained.read_pretrained`, the loader beh
 (what a run's checkpoint holds, the manifest check, `overrides`: see there). The tokenizer is the saved folder's,
 or the one the run's data config names. A damaged step raises `DamagedCheckpoint` naming the step, the file and
 the previous kept step; `on_damaged_checkpoint="previous"` takes the latest whole earlier step instead.
-`checkpoint_step_dir` and `read_train_config` (a run's step folder and stored TrainConfig) are re-exported here.
+`checkpoint_step_dir` and `read_train_config` (a run's step folder and stored TrainConfig, readers of
+`ccq_jax.checkpoint_format`, the format a training run writes) are re-exported here.
 """
 
 import dataclasses
@@ -19,9 +20,10 @@ from typing import Any
 
 from flax import nnx
 
+from ccq_jax.checkpoint_format import checkpoint_step_dir, read_train_config
 from ccq_jax.cli import user_path
 from ccq_jax.models import CausalLM, get_config, with_config
-from ccq_jax.models.pretrained import Pretrained, checkpoint_step_dir, read_pretrained, read_train_config
+from ccq_jax.models.pretrained import Pretrained, read_pretrained
 from ccq_jax.tokenizers import BYTE_TOKENIZER, Tokenizer, has_tokenizer, load_tokenizer
 
 __all__ = ["ModelBundle", "checkpoint_step_dir", "load_checkpoint", "load_checkpoint_model", "load_fla",
@@ -119,7 +121,7 @@ def load_fla(path, *, tokenizer: str | None = None, overrides: dict | None = Non
 
     The tokenizer defaults to the folder's (a tokenizer.json, or the files `ccq-convert export` writes).
     """
-    try:
+    try:  # the fla conversion is optional here (test_fla_hook): its absence is a ValueError naming it
         from ccq_jax.convert import load_fla_checkpoint
     except ImportError as e:
         raise ValueError(f"fla_dir: reading an fla model folder needs ccq_jax.convert.load_fla_checkpoint "

@@ -38,10 +38,9 @@ from ccq_jax.progress import progress
 from train.config import TrainConfig
 from train.data.config import DataConfig, MQARConfig
 from train.data.synthetic import SyntheticBatches
-from train.loop import model_config
 from train.optim import OptimConfig, make_optimizer
 from train.sharding import make_mesh
-from train.step import compile_synthetic_eval, compile_train_calls, init_state, make_eval_step, make_train_step
+from train.step import build_train_call, compile_synthetic_eval, init_state, make_eval_step
 
 CELLS = {"T256-kv16": (256, 16, 256), "T512-kv64": (512, 64, 128)}  # (sequence length, pairs, batch)
 FAMILIES = ("transformer", "gla", "ccq-gla", "gdn", "ccq-gdn")
@@ -102,20 +101,25 @@ def member_train_calls(cfg: TrainConfig, rates, steps_per_call: int = 50, *, see
     with a leading member axis (None: the config's batches, the same for every member).
 
     Returns (graphdef, others, state with a leading member axis on params and optimizer state, the model config,
-    `run(state, n) -> (state, metrics [steps_per_call, members])`, which trains n <= steps_per_call steps)."""
+    `run(state, n) -> (state, metrics [steps_per_call, members])`, which trains n <= steps_per_call steps).
+
+    The run's own train call (`train.step.build_train_call`, the first member's seed) with the members' states
+    stacked and its step vmapped over them."""
     mesh = make_mesh(cfg.mesh)
-    data = SyntheticBatches(cfg.data)
-    mcfg = model_config(cfg, data.vocab_size)
-    optimizer = optax.chain(make_optimizer(cfg.optim, cfg.steps), member_learning_rates(rates))
     seeds = [cfg.seed] * len(rates) if seeds is None else list(seeds)
-    inits = {s: init_state(mcfg, optimizer, mesh, s) for s in dict.fromkeys(seeds)}
-    graphdef, others, _ = inits[seeds[0]]
-    state = stack_members([inits[s][2] for s in seeds], rates)
-    step = make_train_step(graphdef, others, optimizer, grad_accum=1, skip_nonfinite=False)
-    axes = type(state)(0, 0, None)
-    run = compile_train_calls(jax.vmap(step, in_axes=(axes, None if make_batch is None else 0), out_axes=(axes, 0)),
-                              state, mesh, steps_per_call, data.batch if make_batch is None else make_batch)
-    return graphdef, others, state, mcfg, run
+    cfg = dataclasses.replace(cfg, seed=seeds[0], steps_per_call=steps_per_call)
+    optimizer = optax.chain(make_optimizer(cfg.optim, cfg.steps), member_learning_rates(rates))
+
+    def members(graphdef, others, first, step):
+        inits = {seeds[0]: first, **{s: init_state(cfg.model_config, optimizer, mesh, s)[2]
+                                     for s in dict.fromkeys(seeds) if s != seeds[0]}}
+        state = stack_members([inits[s] for s in seeds], rates)
+        axes = type(state)(0, 0, None)
+        return state, jax.vmap(step, in_axes=(axes, None if make_batch is None else 0), out_axes=(axes, 0))
+
+    built = build_train_call(cfg, mesh, make_batch=SyntheticBatches(cfg.data).batch if make_batch is None else
+                             make_batch, optimizer=optimizer, wrap=members)
+    return built.graphdef, built.others, built.state, cfg.model_config, built.run
 
 
 def train_members(cfg: TrainConfig, rates, steps_per_call: int = 50, *, seeds=None, make_batch=None, desc=None):

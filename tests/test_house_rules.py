@@ -1,5 +1,7 @@
 """The layout rules the code keeps: no module imports another module's private name, no file of the library over
-400 lines, and no import cycle between the project's modules (module-level imports)."""
+400 lines, no import cycle between the project's modules (imports inside functions included), and the layers
+import only downward: the kernels (`pallas_kernels`) are a leaf, the library (`ccq_jax`) imports none of the
+applications (train, eval, study, benchmarks), and eval never imports train."""
 
 import ast
 import pathlib
@@ -60,10 +62,10 @@ def test_no_library_file_is_over_400_lines():
 
 
 def _imports(tree, known):
-    """The project modules a module imports at its top level (a `from package import name` counts the submodule
-    when `name` is one)."""
+    """The project modules a module imports, at its top level or inside a function (a `from package import name`
+    counts the submodule when `name` is one)."""
     out = set()
-    for node in tree.body:
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             out |= {a.name for a in node.names if a.name in known}
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0 and node.module in known:
@@ -94,6 +96,36 @@ def test_no_import_cycle():
         if m not in state:
             visit(m, [m])
     assert not cycle, cycle[0]
+
+
+def _project_imports(path):
+    """(line, module) for each project module `path` imports, anywhere in it."""
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            yield from ((node.lineno, a.name) for a in node.names if _ours(a.name))
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0 and _ours(node.module):
+            yield node.lineno, node.module
+
+
+def _imports_of_packages(importer, forbidden):
+    """'path:line: module' for each import of a `forbidden` package by a module of package `importer`."""
+    return [f"{path.relative_to(ROOT)}:{line}: {name}" for path in sorted((ROOT / importer).rglob("*.py"))
+            for line, name in _project_imports(path) if name.split(".")[0] in forbidden]
+
+
+def test_the_kernels_are_a_leaf():
+    found = _imports_of_packages("pallas_kernels", ("ccq_jax", "train", "eval", "study", "benchmarks"))
+    assert not found, "\n".join(found)
+
+
+def test_the_library_imports_no_application():
+    found = _imports_of_packages("ccq_jax", ("train", "eval", "study", "benchmarks"))
+    assert not found, "\n".join(found)
+
+
+def test_eval_never_imports_train():
+    found = _imports_of_packages("eval", ("train",))
+    assert not found, "\n".join(found)
 
 
 def _with_parents(module, paths):

@@ -20,9 +20,10 @@ import sys
 
 from ccq_jax.cli import add_debug_flag, run_or_exit, use_compilation_cache, user_path
 from ccq_jax.configlib import parse_overrides
-from train.config import load_config, select_runs
 from train.errors import NonFiniteLoss
+from train.loop import train
 from train.metrics import plot_curves, read_metrics
+from train.runs import load_config, select_runs
 
 COLUMNS = (("name", "{}", 20), ("params", "{:,}", 10), ("steps", "{}", 6), ("final_loss", "{:.3f}", 10),
            ("eval_loss", "{:.3f}", 9), ("eval_recall", "{:.1%}", 11), ("eval_next_token_accuracy", "{:.1%}", 24),
@@ -104,8 +105,6 @@ def _run(a: argparse.Namespace) -> int:
     runs = load_config(a.config, parse_overrides(a.overrides))
     several = len(runs) > 1  # each run in a folder of its own, also when --only picks one
     runs = select_runs(runs, a.only)
-    from train.loop import train  # after config errors, which need no JAX
-
     workdir = user_path(a.workdir or pathlib.Path("runs") / pathlib.Path(a.config).stem)
     summaries = []
     for run in runs:

@@ -4,9 +4,9 @@
     ccq-compile --config pretrain-1.3b --only gla-1.3b --topology v6e:2x4 --set mesh.fsdp=-1 --set mesh.data=1
     ccq-compile --config smoke                                          # this machine's own devices
 
-Nothing runs and no data is read: the train state is abstract (`train.step.abstract_state`,
-shapes and shardings only) and the batch a stack of `ShapeDtypeStruct`s, so a pod's program
-compiles on a laptop, the way MaxText's `train_compile.py` checks a config before it takes a
+Nothing runs and no data is read: the train call is the one training builds
+(`train.step.build_train_call`), its state abstract (shapes and shardings only) and the batch a
+stack of `ShapeDtypeStruct`s, so a pod's program compiles on a laptop, the way MaxText's `train_compile.py` checks a config before it takes a
 pod. With `--topology`, the devices are those of `jax.experimental.topologies` (needs the
 `tpu` extra, libtpu; run with JAX_PLATFORMS=cpu), the program is lowered for the TPU and the
 real XLA/Mosaic compiler builds it, so kernel VMEM limits, sharding and HBM all get checked.
@@ -25,6 +25,22 @@ import re
 import sys
 import time
 
+import jax
+import jax.numpy as jnp
+from jax.experimental import topologies
+
+from ccq_jax.configlib import parse_overrides
+from ccq_jax.models import count_params
+from ccq_jax.ops import REFERENCES
+from ccq_jax.tokenizers import load_tokenizer
+from train.config import fit_vocab
+from train.data.config import SYNTHETIC_SOURCES
+from train.data.packing import ROW_KEYS
+from train.data.synthetic import SyntheticBatches
+from train.runs import load_config, select_runs
+from train.sharding import batch_sharding, make_mesh, replicated
+from train.step import build_train_call
+
 GIB = 2**30
 # HBM per chip in GiB (cloud.google.com/tpu/docs/v4, /v5e, /v5p, /v6e), by jax's device_kind
 TPU_HBM_GIB = {"TPU v4": 32, "TPU v5 lite": 16, "TPU v5": 95, "TPU v5p": 95, "TPU v6 lite": 32, "TPU v6e": 32}
@@ -36,8 +52,6 @@ UNITS = {"K": 2**-20, "M": 2**-10, "G": 1, "T": 2**10}
 
 def topology_devices(name: str) -> list:
     """The devices of a TPU topology such as "v5p:2x2x1" or "v6e:2x4" (libtpu, no TPU needed)."""
-    from jax.experimental import topologies
-
     try:
         return list(topologies.get_topology_desc(platform="tpu", topology_name=name).devices)
     except Exception as err:  # libtpu missing or a name it does not know: say which
@@ -49,8 +63,6 @@ def topology_devices(name: str) -> list:
 def for_tpu(model_cfg):
     """The model config with its linear-attention kernels compiled for a TPU: "pallas" and "pallas_mosaic_tpu" run
     the Mosaic TPU kernels with interpret=False; GPU-only kernels are a ValueError; XLA references stay."""
-    from ccq_jax.ops import REFERENCES
-
     impl = model_cfg.attn_impl
     if model_cfg.family == "transformer" or impl in REFERENCES:  # softmax attention has XLA's kernels only
         return model_cfg
@@ -62,10 +74,6 @@ def for_tpu(model_cfg):
 def data_source(data):
     """(the synthetic task's batch maker or None, the vocabulary the data needs), read without touching the data:
     what `train.data.build_pipeline` would give as `synthetic` and `vocab_size`."""
-    from ccq_jax.tokenizers import load_tokenizer
-    from train.data.config import SYNTHETIC_SOURCES
-    from train.data.synthetic import SyntheticBatches
-
     if data.source in SYNTHETIC_SOURCES:
         synthetic = SyntheticBatches(data)
         return synthetic, synthetic.vocab_size
@@ -74,12 +82,6 @@ def data_source(data):
 
 def abstract_batches(data, mesh, steps_per_call: int) -> dict:
     """A call's stack of host batches as `ShapeDtypeStruct`s: int32 [steps_per_call, batch_size, seq_len] per key."""
-    import jax
-    import jax.numpy as jnp
-
-    from train.data.packing import ROW_KEYS
-    from train.sharding import batch_sharding
-
     shape = (steps_per_call, data.batch_size, data.seq_len)
     return {k: jax.ShapeDtypeStruct(shape, jnp.int32, sharding=batch_sharding(mesh, stacked=True)) for k in ROW_KEYS}
 
@@ -106,25 +108,13 @@ def failure(err: Exception, hbm_gib: float | None) -> dict:
 
 def compile_run(cfg, devices, *, tpu: bool) -> dict:
     """Compile `cfg`'s train call (`steps_per_call` steps, state donated) for `devices`; its row of the report."""
-    import jax
-    import jax.numpy as jnp
-
-    from ccq_jax.models import count_params
-    from train.loop import model_config
-    from train.optim import make_optimizer
-    from train.sharding import make_mesh, replicated
-    from train.step import abstract_state, compile_train_calls, make_train_step
-
     mesh = make_mesh(cfg.mesh, devices)
     synthetic, vocab_size = data_source(cfg.data)
-    mcfg = model_config(cfg, vocab_size)
+    mcfg = fit_vocab(cfg, vocab_size)
     mcfg = for_tpu(mcfg) if tpu else mcfg
-    optimizer = make_optimizer(cfg.optim, cfg.steps)
-    graphdef, others, state = abstract_state(mcfg, optimizer, mesh)
-    step_fn = make_train_step(graphdef, others, optimizer, grad_accum=cfg.grad_accum,
-                              skip_nonfinite=cfg.on_nan == "skip", loss_chunk_len=cfg.loss_chunk_len)
-    call = compile_train_calls(step_fn, state, mesh, cfg.steps_per_call,
-                               synthetic.batch if synthetic is not None else None)
+    # checks="eager": the call must be a jitted function to trace and lower (checkify's wrapper is not one)
+    _, _, state, _, call = build_train_call(cfg, mesh, mcfg, synthetic.batch if synthetic is not None else None,
+                                            abstract=True, checks="eager")
     n = jax.ShapeDtypeStruct((), jnp.int32, sharding=replicated(mesh))
     args = (state, n) if synthetic is not None else (state, n, abstract_batches(cfg.data, mesh, cfg.steps_per_call))
     chips = mesh.devices.size
@@ -181,16 +171,11 @@ def main(argv=None):
     p.add_argument("--only", default=None, metavar="NAME,NAME", help="compile only these runs of the config")
     p.add_argument("--out", type=pathlib.Path, default=None, help="append the rows to this JSON-lines file")
     a = p.parse_args(argv)
-    from ccq_jax.configlib import parse_overrides
-    from train.config import load_config, select_runs
-
     try:
         runs = select_runs(load_config(a.config, parse_overrides(a.overrides)), a.only)
         devices = topology_devices(a.topology) if a.topology else None
     except ValueError as err:
         p.error(str(err))
-    import jax
-
     devices = devices or jax.devices()
     print(f"compiling {len(runs)} run(s) of {a.config} for {len(devices)} x {devices[0].device_kind}"
           f"{f' ({a.topology})' if a.topology else ''}", flush=True)

@@ -1,7 +1,8 @@
-"""Checkpoints through orbax's CheckpointManager: async, atomic (orbax writes to a temporary
-directory and renames), keep-N. One checkpoint holds the train state (parameters, optimizer
+"""The training loop's checkpoint policy, through orbax's CheckpointManager: async, atomic (orbax writes to a
+temporary directory and renames), keep-N. One checkpoint holds the train state (parameters, optimizer
 state, step), the data iterator's state (host data; batches made on the device depend on the
-step alone and have none), and the resolved config, so a restart resumes the exact run.
+step alone and have none), and the resolved config, so a restart resumes the exact run. The format, its
+writer and its readers (the loop's and eval's) are `ccq_jax.checkpoint_format`'s.
 
 A workdir is resumed only by the run that wrote it: `resume_conflicts` names the settings of the current config
 that differ from the saved one, other than those of `MAY_CHANGE_ON_RESUME` (how the run is executed and
@@ -19,10 +20,10 @@ import json
 import pathlib
 import shutil
 
-import grain
 import jax
 import orbax.checkpoint as ocp
 
+from ccq_jax import checkpoint_format
 from ccq_jax.checkpoint_manifest import verified_step, write_manifest
 
 
@@ -94,24 +95,17 @@ class Checkpointer:
     def save(self, step: int, state, data_iterator, config: dict, *, force: bool = False) -> bool:
         """Save `state`, the grain iterator's position (one file per process; None: no iterator) and the config."""
         self._write_manifests()
-        data = {} if data_iterator is None else {"data": grain.checkpoint.CheckpointSave(data_iterator)}
-        saved = self.manager.save(
-            step,
-            args=ocp.args.Composite(state=ocp.args.StandardSave(state), config=ocp.args.JsonSave(config), **data),
-            force=force,
-        )
+        saved = checkpoint_format.save(self.manager, step, state, config, data_iterator, force=force)
         if saved:
             self._unlisted.append(step)
         return saved
 
     def restore(self, step: int, abstract_state, data_iterator):
         """The state of `step`, with `data_iterator` (None: no iterator) moved to where it was (the saved config is
-        read by `ccq_jax.checkpoints`). `abstract_state` gives the shapes, dtypes and shardings to restore into.
+        read by `ccq_jax.checkpoint_format.read_train_config`). `abstract_state` gives the shapes, dtypes and
+        shardings to restore into.
         """
-        data = {} if data_iterator is None else {"data": grain.checkpoint.CheckpointRestore(data_iterator)}
-        out = self.manager.restore(
-            step, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract_state), **data))
-        return out.state
+        return checkpoint_format.restore_state(self.manager, step, abstract_state, data_iterator)
 
     def close(self):
         self.manager.wait_until_finished()

@@ -1,9 +1,15 @@
 """The training run's config: model preset (+ overrides), data, optimizer, mesh, loop and checkpoints.
 
-`load_config(name_or_path, overrides)` takes a named run (train/runs.py) or a YAML file and
-`--set key=value` overrides. Keys under `model.` go to the model preset (`get_config` checks
+`train.runs.load_config(name_or_path, overrides)` takes a YAML file or a named run and `--set key=value`
+overrides (`apply_overrides`). Keys under `model.` go to the model preset (`get_config` checks
 them against the model's own fields); everything else is validated against these dataclasses
 and unknown keys are rejected with the closest valid name.
+
+A run names its model as users write it, a preset and its overrides (`model: gla-100m`,
+`model_overrides: {...}`: what a checkpoint stores and eval reads back); the config resolves them
+once, when it is built, into the typed `TrainConfig.model_config` (a `ccq_jax.models.ModelConfig`,
+its vocabulary grown to the data's where the config alone says it), which is what training reads.
+A tokenizer.json's vocabulary is known when training starts: `fit_vocab` grows the model to it.
 """
 
 import dataclasses
@@ -11,6 +17,7 @@ import math
 from typing import Any, Literal
 
 from ccq_jax import configlib
+from ccq_jax.models import PRESETS, ModelConfig, get_config
 from ccq_jax.tokenizers import BYTE_TOKENIZER, ByteTokenizer
 from train.data.config import SYNTHETIC_SOURCES, DataConfig
 from train.optim import OptimConfig
@@ -21,7 +28,7 @@ from train.sharding import MeshConfig
 class TrainConfig:
     name: str = "run"
     model: str = "gla-tiny"  # a preset of ccq_jax.models.get_config
-    model_overrides: dict = dataclasses.field(default_factory=dict)
+    model_overrides: dict = dataclasses.field(default_factory=dict)  # its fields changed; `model_config` resolves
     data: DataConfig = dataclasses.field(default_factory=DataConfig)
     optim: OptimConfig = dataclasses.field(default_factory=OptimConfig)
     mesh: MeshConfig = dataclasses.field(default_factory=MeshConfig)
@@ -63,21 +70,43 @@ class TrainConfig:
                              f"equal part of every sequence), got {self.mesh.context}")
         if self.data.batch_size % self.grad_accum:
             raise ValueError(f"grad_accum: must divide data.batch_size={self.data.batch_size}, got {self.grad_accum}")
-        from ccq_jax.models import PRESETS, get_config
+        object.__setattr__(self, "_model_config", self._resolve_model())
 
+    def _resolve_model(self) -> ModelConfig:
+        """The preset with its overrides, its vocabulary grown to the data's when the config says what that is;
+        a bad field is a ValueError naming the `model.` key it was set with."""
         configlib.check_choice("model", self.model, PRESETS)
-        try:  # fails early, naming a bad field as the `model.` key it was set with
+        try:
             model = get_config(self.model, **self.model_overrides)
         except ValueError as err:
             raise ValueError(f"model.{err}") from None
         data_vocab = known_vocab_size(self.data)
-        if "vocab_size" in self.model_overrides and data_vocab is not None and model.vocab_size < data_vocab:
+        if data_vocab is None or model.vocab_size >= data_vocab:
+            return model
+        if "vocab_size" in self.model_overrides:
             raise ValueError(f"model.vocab_size: {model.vocab_size} cannot hold the ids of the data "
                              f"({_vocab_owner(self.data)}: ids up to {data_vocab - 1}); expected model.vocab_size >= "
                              f"{data_vocab}, or leave it unset to grow the preset's vocabulary to the data's")
+        return dataclasses.replace(model, vocab_size=data_vocab)
+
+    @property
+    def model_config(self) -> ModelConfig:
+        """The typed model config, resolved once when this config was built (`model` and `model_overrides`)."""
+        return self._model_config
 
     def to_dict(self) -> dict:
         return configlib.to_dict(self)
+
+
+def fit_vocab(cfg: TrainConfig, vocab_size: int) -> ModelConfig:
+    """`cfg.model_config` for data of `vocab_size` ids (a tokenizer.json's, known when training starts): its
+    vocabulary grows to the data's unless `model.vocab_size` was set, which must then hold it (a ValueError)."""
+    model = cfg.model_config
+    if model.vocab_size >= vocab_size:
+        return model
+    if "vocab_size" in cfg.model_overrides:
+        raise ValueError(f"model.vocab_size: {model.vocab_size} is smaller than the data's vocabulary {vocab_size}")
+    return dataclasses.replace(model, vocab_size=vocab_size)
 
 
 def known_vocab_size(data: DataConfig) -> int | None:
@@ -95,45 +124,10 @@ def _vocab_owner(data: DataConfig) -> str:
 
 
 def apply_overrides(cfg: TrainConfig, overrides: dict[str, Any]) -> TrainConfig:
-    """`model.x=v` updates the model overrides; other dotted keys are set on the config."""
+    """`model.x=v` updates the model overrides; other dotted keys are set on the config (built once, so the model
+    config is resolved once)."""
     model = {k.split(".", 1)[1]: v for k, v in overrides.items() if k.startswith("model.")}
     rest = {k: v for k, v in overrides.items() if not k.startswith("model.")}
-    cfg = configlib.with_overrides(cfg, rest)
     if model:
-        cfg = dataclasses.replace(cfg, model_overrides={**cfg.model_overrides, **model})
-    return cfg
-
-
-def load_config(name_or_path: str, overrides: dict[str, Any] | None = None) -> list[TrainConfig]:
-    """The runs of a named config (train/runs.py) or of a YAML file, with overrides applied to each."""
-    from train.runs import RUNS
-
-    if name_or_path in RUNS:
-        runs = RUNS[name_or_path]()
-    elif name_or_path.endswith((".yaml", ".yml")):
-        data = configlib.load_yaml(name_or_path)
-        if not data:  # an empty file trained the defaults (a long run nobody asked for) without a word
-            raise ValueError(f"{name_or_path}: holds no settings; expected a mapping of run settings (steps, model, "
-                             f"data, ...) or a list of them under 'runs'")
-        runs = data.pop("runs", [data])
-        if not isinstance(runs, list):
-            raise ValueError(f"runs: expected a list of run configs in {name_or_path}, got {type(runs).__name__}")
-        if not runs:
-            raise ValueError(f"runs: expected a non-empty list of run configs in {name_or_path}, got []")
-        runs = [configlib.from_dict(TrainConfig, run) for run in runs]
-    else:
-        raise ValueError(f"--config: expected a YAML file or one of {sorted(RUNS)}"
-                         f"{configlib.suggestion(name_or_path, RUNS)}, got {name_or_path!r}")
-    return [apply_overrides(run, overrides or {}) for run in runs]
-
-
-def select_runs(runs, only: str | None):
-    """The runs named in the comma-separated `only` (all of them when None), in the config's order."""
-    if only is None:
-        return runs
-    names = [r.name for r in runs]
-    wanted = only.split(",")
-    unknown = [n for n in wanted if n not in names]
-    if unknown:
-        raise ValueError(f"--only: expected names of this config's runs {names}, got {unknown}")
-    return [r for r in runs if r.name in wanted]
+        rest["model_overrides"] = {**rest.get("model_overrides", cfg.model_overrides), **model}
+    return configlib.with_overrides(cfg, rest)

@@ -5,7 +5,7 @@ saves and returns) and returns a summary dict. Resuming from `workdir` continues
 run: the train state, the data iterator's position (host data) and the step come back from the
 latest checkpoint, so the losses match an uninterrupted run.
 
-Steps run `steps_per_call` at a time in one device program (`train.step.compile_train_calls`);
+Steps run `steps_per_call` at a time in one device program (`train.step.build_train_call`);
 a call ends early at a checkpoint and at the last step, SIGTERM is looked at between calls,
 and every step's metrics come back, so logging and the non-finite checks stay per step.
 Synthetic tasks make their batches on the device; host batches of a call are stacked and sent
@@ -34,20 +34,19 @@ from flax import nnx
 from tqdm import tqdm
 
 from ccq_jax.cli import user_path
-from ccq_jax.checkpoints import checkpoint_step_dir, read_train_config
+from ccq_jax.checkpoint_format import checkpoint_step_dir, read_train_config
 from ccq_jax.engagement import read_engagement
-from ccq_jax.models import count_params, get_config
+from ccq_jax.models import count_params
 from ccq_jax.progress import progress as progress_bar
 from train.checkpoint import Checkpointer, resume_conflicts
-from train.config import TrainConfig
+from train.config import TrainConfig, fit_vocab
 from train.data import build_pipeline
 from train.errors import NonFiniteLoss
 from train.data.config import SYNTHETIC_SOURCES
 from train.metrics import MetricsWriter, ReadRates, plot_curves, read_metrics
-from train.optim import learning_rate, make_optimizer
+from train.optim import learning_rate
 from train.sharding import host_batch_to_global, initialize_distributed, make_mesh, replicated
-from train.step import (abstract_state, compile_eval_step, compile_synthetic_eval, compile_train_calls, init_state,
-                        make_eval_step, make_train_step)
+from train.step import build_train_call, compile_eval_step, compile_synthetic_eval, make_eval_step
 
 PEAK_TFLOPS = {"H200": 989.0, "H100": 989.0, "A100": 312.0}  # dense bf16, per device
 
@@ -84,17 +83,6 @@ class _Preempted:
     def __exit__(self, *_):
         if self._previous is not None:
             signal.signal(signal.SIGTERM, self._previous)
-
-
-def model_config(cfg: TrainConfig, vocab_size: int):
-    """The preset with its overrides; the vocabulary grows to the data's if the preset's is smaller."""
-    overrides = dict(cfg.model_overrides)
-    preset = get_config(cfg.model, **overrides)
-    if "vocab_size" not in overrides and preset.vocab_size < vocab_size:
-        overrides["vocab_size"] = vocab_size
-    elif preset.vocab_size < vocab_size:
-        raise ValueError(f"model.vocab_size: {preset.vocab_size} is smaller than the data's vocabulary {vocab_size}")
-    return get_config(cfg.model, **overrides)
 
 
 def _held_out(cfg: TrainConfig):
@@ -312,18 +300,14 @@ def _train(cfg: TrainConfig, workdir: pathlib.Path, progress: bool, preempted: _
                                  f"workdir")
         mesh = make_mesh(cfg.mesh)
         pipeline = build_pipeline(cfg.data)
-        mcfg = model_config(cfg, pipeline.vocab_size)
-        optimizer = make_optimizer(cfg.optim, cfg.steps)
-        abstract = abstract_state(mcfg, optimizer, mesh)[2]
+        mcfg = fit_vocab(cfg, pipeline.vocab_size)
+        synthetic = pipeline.synthetic
+        make_batch = synthetic.batch if synthetic is not None else None
+        abstract = build_train_call(cfg, mesh, mcfg, make_batch, abstract=True).state
         check_free_space(workdir, sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(abstract)),
                          cfg.keep_checkpoints)
-        graphdef, others, state = init_state(mcfg, optimizer, mesh, cfg.seed)
-        step_fn = make_train_step(graphdef, others, optimizer, grad_accum=cfg.grad_accum,
-                                  skip_nonfinite=cfg.on_nan == "skip", loss_chunk_len=cfg.loss_chunk_len)
+        graphdef, others, state, _, run_call = build_train_call(cfg, mesh, mcfg, make_batch)
         eval_step = compile_eval_step(make_eval_step(graphdef, others, cfg.loss_chunk_len), state, mesh)
-        synthetic = pipeline.synthetic
-        run_call = compile_train_calls(step_fn, state, mesh, cfg.steps_per_call,
-                                       synthetic.batch if synthetic is not None else None, cfg.checks)
         n_params = count_params(mcfg)
 
         it = iter(pipeline.dataset) if synthetic is None else None

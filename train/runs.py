@@ -1,4 +1,4 @@
-"""Named training runs for `ccq-train --config NAME` (a YAML file works the same way).
+"""Named training runs for `ccq-train --config NAME`, and `load_config`, which reads a name or a YAML file.
 
 `mqar-tiny`: the demo's recipe, one run per model: tiny GLA, CCQ-GLA, Gated DeltaNet and
 CCQ-Gated DeltaNet on synthetic MQAR (no download), seed 0. `benchmarks/demo_seeds.py` runs it
@@ -19,8 +19,10 @@ gradients about 2,400x below the MLP's (13x at 0.05).
 """
 
 import dataclasses
+from typing import Any
 
-from train.config import TrainConfig
+from ccq_jax import configlib
+from train.config import TrainConfig, apply_overrides
 from train.data.config import DataConfig, MQARConfig
 from train.optim import OptimConfig
 from train.sharding import MeshConfig
@@ -67,3 +69,36 @@ RUNS = {
     "smoke": lambda: [_mqar_run("gla-tiny", steps=20, warmup_steps=5)],
     "pretrain-1.3b": lambda: [_pretrain_run(f"{m}-1.3b") for m in ("gla", "ccq-gla", "gdn", "ccq-gdn")],
 }
+
+
+def load_config(name_or_path: str, overrides: dict[str, Any] | None = None) -> list[TrainConfig]:
+    """The runs of a named config (`RUNS`) or of a YAML file, with overrides (`apply_overrides`) applied to each."""
+    if name_or_path in RUNS:
+        runs = RUNS[name_or_path]()
+    elif name_or_path.endswith((".yaml", ".yml")):
+        data = configlib.load_yaml(name_or_path)
+        if not data:  # an empty file trained the defaults (a long run nobody asked for) without a word
+            raise ValueError(f"{name_or_path}: holds no settings; expected a mapping of run settings (steps, model, "
+                             f"data, ...) or a list of them under 'runs'")
+        runs = data.pop("runs", [data])
+        if not isinstance(runs, list):
+            raise ValueError(f"runs: expected a list of run configs in {name_or_path}, got {type(runs).__name__}")
+        if not runs:
+            raise ValueError(f"runs: expected a non-empty list of run configs in {name_or_path}, got []")
+        runs = [configlib.from_dict(TrainConfig, run) for run in runs]
+    else:
+        raise ValueError(f"--config: expected a YAML file or one of {sorted(RUNS)}"
+                         f"{configlib.suggestion(name_or_path, RUNS)}, got {name_or_path!r}")
+    return [apply_overrides(run, overrides or {}) for run in runs]
+
+
+def select_runs(runs, only: str | None):
+    """The runs named in the comma-separated `only` (all of them when None), in the config's order."""
+    if only is None:
+        return runs
+    names = [r.name for r in runs]
+    wanted = only.split(",")
+    unknown = [n for n in wanted if n not in names]
+    if unknown:
+        raise ValueError(f"--only: expected names of this config's runs {names}, got {unknown}")
+    return [r for r in runs if r.name in wanted]

@@ -1,4 +1,10 @@
-"""The train state, its sharded initialisation, and the jit-compiled train and eval steps.
+"""The train state, its sharded initialisation, the jit-compiled train and eval steps, and the recipe of a run's
+train call.
+
+`build_train_call(cfg, mesh)` is the one recipe every trainer uses (the training loop, `ccq-compile`, the
+benchmarks and the MQAR sweep): the run's optimizer, its state built in its shards (or abstract, for
+ahead-of-time compilation), its train step and the compiled call of `steps_per_call` steps, as MaxText's
+train_compile reuses the builders of its train.py.
 
 The state is a pytree `TrainState(params, opt_state, step)`; the model's graph definition
 stays static. `compile_steps` jits the step with `in_shardings`/`out_shardings` taken from
@@ -16,7 +22,7 @@ With `checks="checkify"` the train calls run under `ccq_jax.ops.checked`: the op
 failed one is raised after the call, naming the argument (a debugging run: one host wait per call).
 """
 
-from typing import NamedTuple
+from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -24,8 +30,10 @@ import optax
 from flax import nnx
 
 from ccq_jax import ops
-from ccq_jax.models import CausalLM, abstract_model
+from ccq_jax.models import CausalLM, ModelConfig, abstract_model
+from train.config import TrainConfig
 from train.loss import loss_sums
+from train.optim import make_optimizer
 from train.sharding import batch_sharding, replicated, sequence_runs, split_sequences, state_shardings
 
 
@@ -223,3 +231,39 @@ def compile_steps(train_step, eval_step, state: TrainState, mesh):
     train = _jit_on(mesh, train_step, in_shardings=(state_sh, batch_sharding(mesh)),
                     out_shardings=(state_sh, replicated(mesh)), donate_argnums=0)
     return train, compile_eval_step(eval_step, state, mesh)
+
+
+class TrainCall(NamedTuple):
+    """What `build_train_call` built: the model's graph definition and non-parameter variables, the train state
+    (arrays in their shards, or `ShapeDtypeStruct`s), the train step (uncompiled) and the compiled call `run`
+    (`compile_train_calls`)."""
+
+    graphdef: Any
+    others: Any
+    state: TrainState
+    step: Callable
+    run: Callable
+
+
+def build_train_call(cfg: TrainConfig, mesh, model: ModelConfig | None = None, make_batch=None, *,
+                     abstract: bool = False, checks: str | None = None, optimizer=None, wrap=None) -> TrainCall:
+    """The run's train call: `cfg`'s optimizer over its steps, the state of `model` (default `cfg.model_config`)
+    initialised from `cfg.seed` in its shards on `mesh` (abstract=True: shapes and shardings only, nothing built),
+    `cfg`'s train step (grad_accum, on_nan="skip", loss_chunk_len) and the call of `cfg.steps_per_call` steps on
+    batches from `make_batch` (None: host batches), its checks `checks` (None: `cfg.checks`).
+
+    optimizer: in place of cfg's (e.g. cfg's chained with more). wrap(graphdef, others, state, step) ->
+    (state, step): what the call trains instead, e.g. states stacked on a member axis and the step vmapped over it
+    (`study.mqar_sweep`).
+    """
+    optimizer = make_optimizer(cfg.optim, cfg.steps) if optimizer is None else optimizer
+    model = cfg.model_config if model is None else model
+    graphdef, others, state = (abstract_state(model, optimizer, mesh) if abstract else
+                               init_state(model, optimizer, mesh, cfg.seed))
+    step = make_train_step(graphdef, others, optimizer, grad_accum=cfg.grad_accum,
+                           skip_nonfinite=cfg.on_nan == "skip", loss_chunk_len=cfg.loss_chunk_len)
+    if wrap is not None:
+        state, step = wrap(graphdef, others, state, step)
+    run = compile_train_calls(step, state, mesh, cfg.steps_per_call, make_batch,
+                              cfg.checks if checks is None else checks)
+    return TrainCall(graphdef, others, state, step, run)

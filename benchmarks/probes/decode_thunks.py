@@ -19,6 +19,14 @@ import subprocess
 import sys
 import tempfile
 
+import jax
+from flax import nnx
+
+from benchmarks.inference_kernels import abstract_cache, compiled_text, target_device
+from ccq_jax.inference import decode, split_model
+from ccq_jax.inference.split import SplitModel
+from ccq_jax.models import CausalLM, get_config
+
 THUNK = re.compile(r"^(?P<indent>\s*)\d+: (?P<kind>k\w+)")
 
 
@@ -46,14 +54,6 @@ def thunk_summary(text: str) -> dict:
 
 def compile_loop(preset: str, layers: int, rows: int, tokens: int, target: str) -> None:
     """Compile the decode loop once (this process's XLA_FLAGS decide the dump and the variant)."""
-    import jax
-    from flax import nnx
-
-    from benchmarks.inference_kernels import abstract_cache, compiled_text, target_device
-    from ccq_jax.inference import decode, split_model
-    from ccq_jax.inference.split import SplitModel
-    from ccq_jax.models import CausalLM, get_config
-
     cut = {"num_hidden_layers": layers} if layers else {}
     config = get_config(preset, dtype="bfloat16", param_dtype="bfloat16", attn_impl="pallas", **cut)
     served = split_model(nnx.eval_shape(lambda: CausalLM(config, rngs=nnx.Rngs(0))))

@@ -19,6 +19,19 @@ import sys
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+from flax import nnx  # noqa: E402
+
+from benchmarks.demo_seeds import parse_seeds  # noqa: E402
+from ccq_jax.configlib import parse_overrides  # noqa: E402
+from ccq_jax.models import CausalLM  # noqa: E402
+from train.config import fit_vocab  # noqa: E402
+from train.data import build_pipeline  # noqa: E402
+from train.runs import load_config  # noqa: E402
+from train.sharding import host_batch_to_global, make_mesh  # noqa: E402
+from train.step import lm_loss, split_model  # noqa: E402
+
 GROUPS = (("mixer q/k/v + conv", re.compile(r"attn/[qkv]_(proj|conv1d)/")), ("mixer other", re.compile(r"attn/")),
           ("mlp", re.compile(r"mlp/")), ("embed/head/norms", re.compile(r"")))
 
@@ -28,20 +41,10 @@ def group_of(path: str) -> str:
 
 
 def group_norms(run, seed: int) -> dict[str, float]:
-    import jax
-    import jax.numpy as jnp
-    from flax import nnx
-
-    from ccq_jax.models import CausalLM
-    from train.data import build_pipeline
-    from train.loop import model_config
-    from train.sharding import host_batch_to_global, make_mesh
-    from train.step import lm_loss, split_model
-
     pipeline = build_pipeline(run.data)
     batch = (pipeline.synthetic.batch(jnp.int32(0)) if pipeline.synthetic is not None
              else host_batch_to_global(next(iter(pipeline.dataset)), make_mesh(run.mesh)))
-    graphdef, params, others = split_model(CausalLM(model_config(run, pipeline.vocab_size), rngs=nnx.Rngs(seed)))
+    graphdef, params, others = split_model(CausalLM(fit_vocab(run, pipeline.vocab_size), rngs=nnx.Rngs(seed)))
 
     def mean_loss(p):
         total, (tokens, _, _) = lm_loss(graphdef, p, others, batch)
@@ -55,10 +58,6 @@ def group_norms(run, seed: int) -> dict[str, float]:
 
 
 def main(argv=None):
-    from ccq_jax.configlib import parse_overrides
-    from train.config import load_config
-    from benchmarks.demo_seeds import parse_seeds
-
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", default="mqar-tiny")
     p.add_argument("--seeds", default="0-2")

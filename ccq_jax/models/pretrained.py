@@ -15,7 +15,7 @@ A saved folder holds
 writes fla's config and names instead, with the same tokenizer files (`save_tokenizer_files`).
 
 `read_pretrained(cls, path, step=...)` is the loader behind `from_pretrained`, `ccq_jax.checkpoints` (with the
-tokenizer), `ccq-eval --checkpoint` and `ccq-convert`. A training checkpoint (written by `train/checkpoint.py`)
+tokenizer), `ccq-eval --checkpoint` and `ccq-convert`. A training checkpoint (its format: `ccq_jax.checkpoint_format`)
 holds `state` (`TrainState(params, opt_state, step)`) and `config` (the TrainConfig as JSON); only the parameters
 are read (an orbax partial restore, onto one device), after the step's files are checked against their manifest
 (`ccq_jax.checkpoint_manifest`). The vocabulary size comes from the stored embedding (training grows a preset's
@@ -24,15 +24,13 @@ vocabulary to the data's). `overrides` change config fields that keep the parame
 """
 
 import dataclasses
-import logging
 import pathlib
-from contextlib import contextmanager
 from typing import Any
 
 import jax
-import orbax.checkpoint as ocp
 from flax import nnx
 
+from ccq_jax.checkpoint_format import checkpoint_step_dir, read_train_config, restore_params, stored_params
 from ccq_jax.checkpoint_manifest import ON_DAMAGED, verified_step
 from ccq_jax.cli import user_path
 from ccq_jax.configlib import check_choice
@@ -76,50 +74,6 @@ def save_pretrained(model, folder, *, tokenizer: Tokenizer | None = None, max_sh
     return folder
 
 
-@contextmanager
-def _quiet_orbax():
-    """Orbax logs warnings through absl for a read-only restore of one item (missing manager metadata)."""
-    logger = logging.getLogger("absl")
-    level = logger.level
-    logger.setLevel(logging.ERROR)
-    try:
-        yield
-    finally:
-        logger.setLevel(level)
-
-
-def _is_step_dir(path: pathlib.Path) -> bool:
-    return (path / "state").is_dir() and (path / "config").is_dir()
-
-
-def checkpoint_step_dir(path, step: int | None = None) -> pathlib.Path:
-    """The folder of one saved step: `path` is a ccq-train workdir, its `checkpoints/` folder or a step's folder.
-
-    step: which saved step (default: the latest); not allowed when `path` is a step's folder.
-    """
-    path = user_path(path)
-    if _is_step_dir(path):
-        if step is not None and path.name != str(step):
-            raise ValueError(f"step: {path} is the folder of step {path.name}; got step={step}")
-        return path
-    root = path / "checkpoints" if (path / "checkpoints").is_dir() else path
-    steps = ocp.utils.checkpoint_steps(root) if root.is_dir() else []
-    if not steps:
-        raise ValueError(f"checkpoint: {path} is neither a saved model folder (no {files.CONFIG}) nor a ccq-train "
-                         f"workdir, checkpoints folder or step folder (no saved step found in {root})")
-    if step is None:
-        step = max(steps)
-    elif step not in steps:
-        raise ValueError(f"step: {step} is not saved in {root}; saved steps: {sorted(steps)}")
-    return root / str(step)
-
-
-def read_train_config(step_dir) -> dict:
-    """The TrainConfig dict stored with a checkpoint."""
-    with _quiet_orbax():
-        return ocp.Checkpointer(ocp.JsonCheckpointHandler()).restore(user_path(step_dir) / "config")
-
-
 def _shapes(tree) -> dict[str, tuple]:
     """{"layers/0/attn/q_proj/kernel/value": shape} for an nnx.State or orbax's metadata tree (plain dicts)."""
     name = lambda key: str(getattr(key, "key", getattr(key, "name", key)))
@@ -136,8 +90,7 @@ def _read_step(cls, path, step, overrides: dict, on_damaged_checkpoint: str) -> 
                                                    previous=on_damaged_checkpoint == "previous"))
     train_cfg = read_train_config(step_dir)
     overrides = {**train_cfg.get("model_overrides", {}), **overrides}
-    with _quiet_orbax():
-        stored = ocp.PyTreeCheckpointer().metadata(step_dir / "state").item_metadata.tree["params"]
+    stored = stored_params(step_dir)
     if "vocab_size" not in overrides:
         overrides["vocab_size"] = stored["embeddings"]["embedding"]["value"].shape[0]
     config = get_config(train_cfg["model"], **overrides)
@@ -148,12 +101,9 @@ def _read_step(cls, path, step, overrides: dict, on_damaged_checkpoint: str) -> 
         raise ValueError(f"checkpoint: the parameters in {step_dir} do not fit model {train_cfg['model']!r} with "
                          f"overrides {overrides}; first differences (path, shape): {diff[:4]}")
     device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
-    target = {"params": jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=device),
-                                     abstract_params)}
-    with _quiet_orbax():
-        restored = ocp.PyTreeCheckpointer().restore(step_dir / "state", args=ocp.args.PyTreeRestore(
-            item=target, restore_args=ocp.checkpoint_utils.construct_restore_args(target), partial_restore=True))
-    return Pretrained(nnx.merge(graphdef, restored["params"], others), step_dir, int(step_dir.name), train_cfg)
+    target = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=device), abstract_params)
+    return Pretrained(nnx.merge(graphdef, restore_params(step_dir, target), others), step_dir, int(step_dir.name),
+                      train_cfg)
 
 
 def _read_folder(cls, folder: pathlib.Path, step, overrides: dict, progress: bool) -> Pretrained:

@@ -11,7 +11,7 @@ import pytest
 from study.mqar_sweep import (CELLS, LEARNING_RATES, TEST_EXAMPLES, main, plot, run_config, sweep, table,
                                train_cell, train_members)
 from train.data.synthetic import SyntheticBatches
-from train.loop import model_config
+from train.config import fit_vocab
 from train.optim import make_optimizer
 from train.sharding import make_mesh
 from train.step import compile_train_calls, init_state, make_train_step
@@ -25,7 +25,7 @@ def _separate_run(cfg, lr):
     data = SyntheticBatches(cfg.data)
     optim = cfg.optim.__class__(**{**cfg.optim.__dict__, "lr": lr})
     optimizer = make_optimizer(optim, cfg.steps)
-    graphdef, others, state = init_state(model_config(cfg, data.vocab_size), optimizer, mesh, cfg.seed)
+    graphdef, others, state = init_state(fit_vocab(cfg, data.vocab_size), optimizer, mesh, cfg.seed)
     step = make_train_step(graphdef, others, optimizer, grad_accum=1, skip_nonfinite=False)
     run = compile_train_calls(step, state, mesh, cfg.steps, data.batch)
     state, _ = run(state, jnp.int32(cfg.steps))

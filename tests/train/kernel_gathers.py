@@ -12,24 +12,21 @@ import jax
 import numpy as np
 
 from tests.train.tiny_run import tiny_config
+from train.config import fit_vocab
 from train.data import build_pipeline
-from train.loop import model_config
-from train.optim import make_optimizer
 from train.sharding import make_mesh, replicated
-from train.step import compile_train_calls, init_state, make_train_step
+from train.step import build_train_call
 
 RANK4_ALL_GATHER = re.compile(r"= (\w+\[\d+,\d+,\d+,\d+\])\S* all-gather\(")
 
 
 def main():
     cfg = tiny_config(model_overrides={"num_hidden_layers": 1, "hidden_size": 32, "attn_impl": "pallas"},
-                      mesh={"data": 2, "fsdp": 2, "tensor": 2})
+                      mesh={"data": 2, "fsdp": 2, "tensor": 2}, steps_per_call=1)
     mesh = make_mesh(cfg.mesh)
     pipeline = build_pipeline(cfg.data)
-    optimizer = make_optimizer(cfg.optim, cfg.steps)
-    graphdef, others, state = init_state(model_config(cfg, pipeline.vocab_size), optimizer, mesh, cfg.seed)
-    step = make_train_step(graphdef, others, optimizer, grad_accum=1, skip_nonfinite=False, loss_chunk_len=0)
-    call = compile_train_calls(step, state, mesh, 1, pipeline.synthetic.batch)
+    built = build_train_call(cfg, mesh, fit_vocab(cfg, pipeline.vocab_size), pipeline.synthetic.batch)
+    state, call = built.state, built.run
     hlo = call.lower(state, jax.device_put(np.int32(1), replicated(mesh))).compile().as_text()
     gathers = RANK4_ALL_GATHER.findall(hlo)
     print(f"all-gathers {hlo.count(' all-gather(')}, of rank-4 arrays {len(gathers)}: {sorted(set(gathers))}")

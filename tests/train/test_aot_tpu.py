@@ -7,7 +7,7 @@ import pytest
 
 from ccq_jax.models import get_config
 from train.aot import TPU_HBM_GIB, compile_run, topology_devices
-from train.config import load_config
+from train.runs import load_config
 
 pytestmark = pytest.mark.tpu_aot
 KERNEL_CALLS = {"gla-tiny": 3, "ccq-gdn-tiny": 6}  # per layer: forward, states, backward; CCQ adds the read's

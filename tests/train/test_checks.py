@@ -9,6 +9,7 @@ import pytest
 from jax.experimental import checkify
 
 import train.loop as loop
+import train.step as step
 from tests.train.tiny_run import tiny_config
 from train.metrics import read_metrics
 
@@ -25,14 +26,14 @@ def test_a_checked_run_trains_as_the_default(tmp_path):
 
 
 def test_a_gate_out_of_range_inside_the_step_is_named(tmp_path, monkeypatch):
-    init_state = loop.init_state
+    init_state = step.init_state  # what build_train_call builds the run's state with
 
     def nan_params(*args, **kwargs):  # NaN in the gates' projections only: q, k and v stay finite
         graphdef, others, state = init_state(*args, **kwargs)
         poison = lambda path, x: x * jnp.nan if any("gk_proj" in str(p) for p in path) else x
         return graphdef, others, state._replace(params=jax.tree.map_with_path(poison, state.params))
 
-    monkeypatch.setattr(loop, "init_state", nan_params)
+    monkeypatch.setattr(step, "init_state", nan_params)
     with pytest.raises(checkify.JaxRuntimeError, match=r"g: expected values in \[-inf, 0\] \(log decay: g <= 0\); "
                                                        r"found nan"):
         loop.train(tiny_config(**CFG, checks="checkify"), tmp_path / "checked", progress=False)

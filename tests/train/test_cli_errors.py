@@ -6,7 +6,7 @@ import yaml
 
 from tests.train.tiny_run import tiny_config
 from train.__main__ import main
-from train.config import load_config
+from train.runs import load_config
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from train.__main__ import by_model, compare, table
-from train.config import load_config, select_runs
+from train.runs import load_config, select_runs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

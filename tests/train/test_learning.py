@@ -16,10 +16,9 @@ import pytest
 from flax import nnx
 
 from ccq_jax.checkpoints import load_checkpoint_model
-from train.config import load_config
 from train.loop import train
 from train.optim import make_optimizer
-from train.runs import DEMO_MODELS
+from train.runs import DEMO_MODELS, load_config
 from train.sharding import make_mesh
 from train.step import init_state
 

@@ -17,9 +17,10 @@ import numpy as np
 import pytest
 
 from tests.train.tiny_run import tiny_config
-from train.config import TrainConfig, load_config
-from train.loop import NonFiniteLoss, model_config, train
+from train.config import TrainConfig, fit_vocab
+from train.loop import NonFiniteLoss, train
 from train.metrics import read_metrics
+from train.runs import load_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -233,10 +234,10 @@ def test_config_names_and_vocabulary_errors():
                                          r"tokenizer, whose BOS is 256: ids up to 383\); expected model\.vocab_size "
                                          r">= 384"):
         load_config("smoke", {**text, "model.vocab_size": 256})
-    assert model_config(load_config("smoke", text)[0], 384).vocab_size == 384  # unset: the preset's grows
+    assert fit_vocab(load_config("smoke", text)[0], 384).vocab_size == 384  # unset: the preset's grows
     cfg = load_config("smoke", {"model.vocab_size": 64})[0]  # a tokenizer.json's size is known when training starts
     with pytest.raises(ValueError, match=r"model\.vocab_size: 64 is smaller than the data's vocabulary 100"):
-        model_config(cfg, 100)
+        fit_vocab(cfg, 100)
 
 
 def test_cli_rejects_unknown_config_with_a_suggestion():
