@@ -42,7 +42,7 @@ def measure(preset, batch_size, seqlen, steps, warmup, peak_tflops, attn_impl, p
     overrides = dict(dtype="bfloat16", param_dtype=param_dtype, remat_policy="block" if remat else "elementwise",
                      scan_layers=scan_layers)
     if attn_impl and not preset.startswith("transformer"):
-        overrides["attn_impl"] = attn_impl
+        overrides["kernel.impl"] = attn_impl
     cfg = get_config(preset, **overrides)
     mesh = make_mesh(mesh_config or MeshConfig(), devices if devices is not None else jax.devices()[:1])
     optimizer = make_optimizer(OptimConfig(lr=1e-4, warmup_steps=0), steps + warmup)

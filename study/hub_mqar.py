@@ -266,7 +266,7 @@ def main(argv=None) -> int:
     go.add_argument("--batch", type=int, default=BATCH, help="rows per member and step")
     go.add_argument("--seeds", type=_ints, default=SEEDS)
     go.add_argument("--steps", type=int, default=2000)
-    go.add_argument("--impl", default="chunk", help="attn_impl of the linear models")
+    go.add_argument("--impl", default="chunk", help="kernel.impl of the linear models")
     show = sub.add_parser("table", help="the table (and a plot) of a run's rows")
     show.add_argument("rows", type=pathlib.Path)
     show.add_argument("--plot", type=pathlib.Path, default=None)
