@@ -4,9 +4,8 @@ import dataclasses
 
 import pytest
 
-from ccq_jax.layers import KernelPolicy
 from ccq_jax.models import (
-    PRESETS, CCQConfig, GatedDeltaNetConfig, GLAConfig, TransformerConfig, config_from_dict, get_config,
+    PRESETS, CCQConfig, GatedDeltaNetConfig, GLAConfig, KernelPolicy, TransformerConfig, config_from_dict, get_config,
 )
 from ccq_jax.models.config import saved_overrides
 from ccq_jax.models.__main__ import main
