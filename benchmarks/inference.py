@@ -106,13 +106,13 @@ def _measure(preset, dtype, prefills, decodes, generates, tokens, repeats, hbm_t
              decode_impls, head_impls):
     """The generator behind `ours`."""
     transformer = preset.startswith("transformer")
-    linear = {} if transformer else {"attn_impl": attn_impl, "decode_impl": decode_impls[0]}
+    linear = {} if transformer else {"kernel.impl": attn_impl, "kernel.decode_impl": decode_impls[0]}
     config = get_config(preset, dtype=dtype, param_dtype=dtype, **linear)
     model = CausalLM(config, rngs=nnx.Rngs(0))
     served = split_model(model)
     # the model (its parameters shared) with each (decode impl, head impl) of `impl_pairs`
-    steps = {(impl, head): split_model(with_config(model, head_impl=head, **({} if impl is None else
-                                                                          {"decode_impl": impl})))
+    steps = {(impl, head): split_model(with_config(model, **{"kernel.head_impl": head}, **({} if impl is None else
+                                                                          {"kernel.decode_impl": impl})))
              for impl, head in impl_pairs([None] if transformer else decode_impls, head_impls)}
     weight_bytes = count_params(config) * np.dtype(dtype).itemsize
     base = {"side": "ours", "preset": preset, "dtype": dtype, "device": jax.devices()[0].device_kind,

@@ -137,20 +137,21 @@ def measure(preset: str, dtype: str, prefills, batches, target: str, attn_impl: 
     device = target_device(target)
     platform = jax.default_backend() if device is None else device.platform
     transformer = preset.startswith("transformer")
-    linear = {} if transformer else {"attn_impl": attn_impl}
+    linear = {} if transformer else {"kernel.impl": attn_impl}
 
     def served_with(**impls):
         """The abstract model with `impls`; its kernels lowered for the target (interpret=False), not run here."""
         config = get_config(preset, dtype=dtype, param_dtype=dtype, **linear, **impls)
-        if device is not None and config.runs_kernels:
-            config = dataclasses.replace(config, interpret=False)
+        if device is not None and config.kernel.runs_kernels:
+            config = dataclasses.replace(config, kernel=dataclasses.replace(config.kernel, interpret=False))
         return config, SplitModel(*nnx.split(abstract_model(config)))
 
     config, served = served_with()
-    steps = {(impl, head): served_with(head_impl=head, **({} if impl is None else {"decode_impl": impl}))[1]
+    steps = {(impl, head): served_with(**{"kernel.head_impl": head,
+                                          **({} if impl is None else {"kernel.decode_impl": impl})})[1]
              for impl, head in impl_pairs([None] if transformer else decode_impls, head_impls)}
     base = {"preset": preset, "dtype": dtype, "target": target, "platform": platform,
-            "attn_impl": linear.get("attn_impl"), "weight_bytes": count_params(config) * np.dtype(dtype).itemsize,
+            "attn_impl": linear.get("kernel.impl"), "weight_bytes": count_params(config) * np.dtype(dtype).itemsize,
             "jax": jax.__version__}
     out = []
 

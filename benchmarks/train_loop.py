@@ -42,13 +42,13 @@ _LOOP = {"steps": 1000, "log_every": 100, "eval_batches": 0, "checkpoint_every":
 CASES = {
     # the run: hidden 128, 2 layers, B = 128, T = 256, vocabulary 8192 (2.6M parameters), Zoology's 32 pairs
     "mqar-2.6m": {"name": "mqar-2.6m", "model": "gla-tiny",
-                  "model_overrides": {"hidden_size": 128, "attn_impl": "pallas", "use_short_conv": True},
+                  "model_overrides": {"hidden_size": 128, "kernel.impl": "pallas", "use_short_conv": True},
                   "data": {"source": "mqar", "seq_len": 256, "batch_size": 128,
                            "mqar": {"vocab_size": 8192, "num_kv_pairs": 32}}, **_LOOP},
     # ~100M parameters on packed text: data.paths must name ArrayRecord shards (ccq-prepare-data) and data.tokenizer
     # their tokenizer.json
     "text-100m": {"name": "text-100m", "model": "gla-100m",
-                  "model_overrides": {"attn_impl": "pallas", "dtype": "bfloat16"},
+                  "model_overrides": {"kernel.impl": "pallas", "dtype": "bfloat16"},
                   "data": {"source": "array_record", "seq_len": 2048, "batch_size": 32, "paths": ["."]},
                   **{**_LOOP, "steps": 300, "log_every": 25}},
 }

@@ -43,7 +43,7 @@ def measure(preset, batch_size, seqlen, steps, warmup, peak_tflops, attn_impl, p
     overrides = dict(dtype="bfloat16", param_dtype=param_dtype, remat_policy="block" if remat else "elementwise",
                      scan_layers=scan_layers)
     if attn_impl and not preset.startswith("transformer"):
-        overrides["attn_impl"] = attn_impl
+        overrides["kernel.impl"] = attn_impl
     cfg = get_config(preset, **overrides)
     mesh = make_mesh(mesh_config or MeshConfig(), devices if devices is not None else jax.devices()[:1])
     run = TrainConfig(name=preset, model=preset, model_overrides=overrides, seed=0, steps=steps + warmup,

@@ -11,7 +11,7 @@ The model: `--checkpoint DIR` (a ccq-train workdir, its checkpoints/ folder or o
 folder; `--step N`), `--preset NAME` (random initialisation, `--seed`), or `--fla-dir DIR` (a
 model folder converted from fla). `--ccq off` runs the same evaluation with every CCQ gate
 forced off on the same weights (the paper's inference-time ablation); `--set FIELD=VALUE`
-changes other model fields that keep the weights (e.g. `attn_impl=recurrent`). Results go to
+changes other model fields that keep the weights (e.g. `kernel.impl=recurrent`). Results go to
 `--out` (default `eval_out/`) as `<command>.json` (+ PNGs and per-sample JSONL); a summary
 table is printed. A user error ends with one `ccq-eval: error: ...` line and exit status 2
 (`--debug`: its traceback instead). Compiled programs are cached in ~/.cache/ccq-jax/xla
@@ -40,7 +40,7 @@ def _common(parser: argparse.ArgumentParser) -> None:
     model.add_argument("--tokenizer", default=None,
                        help="'byte' or a tokenizer.json (default: the checkpoint's, the fla folder's, or byte)")
     model.add_argument("--set", dest="overrides", action="append", default=[], metavar="FIELD=VALUE",
-                       help="override a model config field that keeps the weights, e.g. attn_impl=recurrent")
+                       help="override a model config field that keeps the weights, e.g. kernel.impl=recurrent")
     model.add_argument("--ccq", choices=("on", "off"), default="on",
                        help="off: force every CCQ gate off on the same weights (inference-time ablation)")
     model.add_argument("--label", default=None, help="the model's name in results and plots")

@@ -89,7 +89,7 @@ def make_case(name: str, folder: Path, python: str) -> dict:
     np.save(folder / "input_ids.npy", ids.astype(np.int32))
     logits, torch_side = torch_logits(folder, ids, python=python, device="cpu")
     np.save(folder / "logits.npy", logits.astype(np.float32))
-    _, model = load_fla_checkpoint(folder, chunk_size=16)
+    _, model = load_fla_checkpoint(folder, **{"kernel.chunk_size": 16})
     metrics = logit_metrics(model(jnp.asarray(ids, jnp.int32)), logits)
     record = {"made_by": made, "torch_side": torch_side, "ours_at_generation": metrics}
     write_json(folder / "golden.json", record)

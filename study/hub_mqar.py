@@ -278,7 +278,7 @@ def main(argv=None) -> int:
                     help="written: needle i before needle i + 1, as MQAR writes its pairs")
     go.add_argument("--seeds", type=_ints, default=SEEDS)
     go.add_argument("--steps", type=int, default=2000)
-    go.add_argument("--impl", default="chunk", help="attn_impl of the linear models")
+    go.add_argument("--impl", default="chunk", help="kernel.impl of the linear models")
     go.add_argument("--width", type=int, default=WIDTH, help="model width (one head per 64 features)")
     go.add_argument("--rates", type=_floats, default=RATES,
                     help=f"learning rates trained side by side (default {RATES[0]:.3g}; Zoology's four: "

@@ -76,7 +76,7 @@ def model_overrides(family: str, width: int, impl: str) -> dict:
     heads = max(1, width // 64)
     fields = {"hidden_size": width, "num_hidden_layers": 2, "num_heads": heads, "vocab_size": VOCAB}
     if family != "transformer":
-        fields.update(attn_impl=impl, use_short_conv=True)
+        fields.update({"kernel.impl": impl, "use_short_conv": True})
     if family.endswith("gdn"):
         fields["head_dim"] = width // heads
     return fields
@@ -265,7 +265,7 @@ def main(argv=None) -> int:
     run.add_argument("--cells", type=lambda t: names_argument(t, CELLS), default=tuple(CELLS))
     run.add_argument("--steps", type=int, default=2000)
     run.add_argument("--seed", type=int, default=0)
-    run.add_argument("--impl", default="pallas", help="attn_impl of the linear models (chunk on a CPU)")
+    run.add_argument("--impl", default="pallas", help="kernel.impl of the linear models (chunk on a CPU)")
     show = sub.add_parser("plot", help="accuracy against width from a sweep's rows")
     show.add_argument("rows", type=pathlib.Path)
     show.add_argument("--out", required=True, type=pathlib.Path)

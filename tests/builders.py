@@ -243,12 +243,13 @@ def call(layer, x, segment_ids=None, cache=None):
 # Weights ~ N(0, 0.1) rather than fla's 0.02: then every mixer's output is as large as the residual stream
 # (at 0.02, GLA behind short convs adds ~1e-6 to it, and any decoding bug in it would go unseen).
 INIT = dict(initializer_range=0.1)
+CHUNK_4 = {"kernel.chunk_size": 4}
 MODEL_CASES = {
     "transformer": ("transformer-tiny", INIT),
-    "gla": ("gla-tiny", dict(INIT, chunk_size=4)),
-    "gdn": ("gdn-tiny", dict(INIT, chunk_size=4)),
-    "ccq-gla": ("ccq-gla-tiny", dict(INIT, chunk_size=4, use_short_conv=True, num_kv_heads=2)),
-    "ccq-gdn": ("ccq-gdn-tiny", dict(INIT, chunk_size=4)),
+    "gla": ("gla-tiny", dict(INIT, **CHUNK_4)),
+    "gdn": ("gdn-tiny", dict(INIT, **CHUNK_4)),
+    "ccq-gla": ("ccq-gla-tiny", dict(INIT, **CHUNK_4, use_short_conv=True, num_kv_heads=2)),
+    "ccq-gdn": ("ccq-gdn-tiny", dict(INIT, **CHUNK_4)),
 }
 
 

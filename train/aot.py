@@ -31,7 +31,6 @@ from jax.experimental import topologies
 
 from ccq_jax.configlib import parse_overrides
 from ccq_jax.models import count_params
-from ccq_jax.ops import REFERENCES
 from ccq_jax.tokenizers import load_tokenizer
 from train.config import fit_vocab
 from train.data.config import SYNTHETIC_SOURCES
@@ -44,7 +43,6 @@ from train.step import build_train_call
 GIB = 2**30
 # HBM per chip in GiB (cloud.google.com/tpu/docs/v4, /v5e, /v5p, /v6e), by jax's device_kind
 TPU_HBM_GIB = {"TPU v4": 32, "TPU v5 lite": 16, "TPU v5": 95, "TPU v5p": 95, "TPU v6 lite": 32, "TPU v6e": 32}
-TPU_KERNELS = "pallas_mosaic_tpu"
 # XLA's words when a program's temporaries do not fit: "... HLO temporaries (111.88G) exceeds available HBM (95.73G)"
 OUT_OF_HBM = re.compile(r"HLO temporaries \(([\d.]+)([KMGT])\) exceeds available HBM")
 UNITS = {"K": 2**-20, "M": 2**-10, "G": 1, "T": 2**10}
@@ -61,14 +59,13 @@ def topology_devices(name: str) -> list:
 
 
 def for_tpu(model_cfg):
-    """The model config with its linear-attention kernels compiled for a TPU: "pallas" and "pallas_mosaic_tpu" run
-    the Mosaic TPU kernels with interpret=False; GPU-only kernels are a ValueError; XLA references stay."""
-    impl = model_cfg.attn_impl
-    if model_cfg.family == "transformer" or impl in REFERENCES:  # softmax attention has XLA's kernels only
-        return model_cfg
-    if impl not in ("pallas", TPU_KERNELS):
-        raise ValueError(f"model.attn_impl: {impl!r} has no TPU kernels; use 'pallas', {TPU_KERNELS!r} or 'chunk'")
-    return dataclasses.replace(model_cfg, attn_impl=TPU_KERNELS, interpret=False)
+    """The model config with its kernel policy compiled for a TPU (`KernelPolicy.for_tpu`: "pallas" and
+    "pallas_mosaic_tpu" run the Mosaic TPU kernels with interpret=False; GPU-only kernels are a ValueError; XLA
+    references stay)."""
+    try:
+        return dataclasses.replace(model_cfg, kernel=model_cfg.kernel.for_tpu())
+    except ValueError as err:
+        raise ValueError(f"model.{err}") from None
 
 
 def data_source(data):
@@ -119,7 +116,7 @@ def compile_run(cfg, devices, *, tpu: bool) -> dict:
     args = (state, n) if synthetic is not None else (state, n, abstract_batches(cfg.data, mesh, cfg.steps_per_call))
     chips = mesh.devices.size
     row = {"name": cfg.name, "model": cfg.model, "params": count_params(mcfg), "device": devices[0].device_kind,
-           "chips": chips, "mesh": dict(mesh.shape), "attn_impl": getattr(mcfg, "attn_impl", None),
+           "chips": chips, "mesh": dict(mesh.shape), "kernel_impl": None if mcfg.family == "transformer" else mcfg.kernel.impl,
            "seq_len": cfg.data.seq_len, "batch_size": cfg.data.batch_size, "grad_accum": cfg.grad_accum,
            "sequences_per_chip": cfg.data.batch_size / cfg.grad_accum / chips, "dtype": mcfg.dtype,
            "param_dtype": mcfg.param_dtype, "remat_policy": mcfg.remat_policy, "scan_layers": mcfg.scan_layers}

@@ -25,6 +25,8 @@ import orbax.checkpoint as ocp
 
 from ccq_jax import checkpoint_format
 from ccq_jax.checkpoint_manifest import verified_step, write_manifest
+from ccq_jax.models import get_config
+from ccq_jax.models.config import saved_overrides
 
 
 # dotted config keys (and their sub-keys) a resumed run may change
@@ -46,6 +48,8 @@ def _flat(config: dict, prefix: str = "") -> dict:
 def resume_conflicts(saved: dict, current: dict) -> list[str]:
     """The dotted keys whose values differ between a checkpoint's saved config and the current one (both as
     `TrainConfig.to_dict()` gives them), except MAY_CHANGE_ON_RESUME and its sub-keys: "key: saved -> current"."""
+    saved = {**saved, "model_overrides": saved_overrides(get_config(saved["model"]).family,
+                                                        saved.get("model_overrides", {}))}  # pre-kernel-policy keys
     old, new = _flat(saved), _flat(json.loads(json.dumps(current)))
     may_change = lambda key: any(key == k or key.startswith(k + ".") for k in MAY_CHANGE_ON_RESUME)
     return [f"{key}: {old.get(key)!r} -> {new.get(key)!r}" for key in sorted(set(old) | set(new))

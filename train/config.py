@@ -123,11 +123,15 @@ def _vocab_owner(data: DataConfig) -> str:
     return f"the byte tokenizer, whose BOS is {ByteTokenizer.bos_id}"
 
 
+MODEL_KEYS = ("model.", "model_overrides.")  # the prefixes of `--set` keys that go to the model preset
+
+
 def apply_overrides(cfg: TrainConfig, overrides: dict[str, Any]) -> TrainConfig:
-    """`model.x=v` updates the model overrides; other dotted keys are set on the config (built once, so the model
-    config is resolved once)."""
-    model = {k.split(".", 1)[1]: v for k, v in overrides.items() if k.startswith("model.")}
-    rest = {k: v for k, v in overrides.items() if not k.startswith("model.")}
+    """`model.x=v` (or `model_overrides.x=v`) updates the model overrides, dotted keys of the model included
+    (`model.kernel.impl=pallas`); other dotted keys are set on the config (built once, so the model config is
+    resolved once)."""
+    model = {k.split(".", 1)[1]: v for k, v in overrides.items() if k.startswith(MODEL_KEYS)}
+    rest = {k: v for k, v in overrides.items() if not k.startswith(MODEL_KEYS)}
     if model:
         rest["model_overrides"] = {**rest.get("model_overrides", cfg.model_overrides), **model}
     return configlib.with_overrides(cfg, rest)

@@ -36,7 +36,7 @@ def _mqar_run(model: str, steps: int, warmup_steps: int = 50) -> TrainConfig:
     # bind a key to the value after it, so recall is learned in hundreds of steps instead of thousands
     return TrainConfig(
         name=model, model=model,
-        model_overrides={"use_short_conv": True, "chunk_size": 16, "initializer_range": 0.05},
+        model_overrides={"use_short_conv": True, "kernel.chunk_size": 16, "initializer_range": 0.05},
         data=DataConfig(source="mqar", seq_len=16, batch_size=32,
                         mqar=MQARConfig(vocab_size=64, num_kv_pairs=4, num_examples=50_000,
                                         random_non_queries=False)),
@@ -48,8 +48,8 @@ def _mqar_run(model: str, steps: int, warmup_steps: int = 50) -> TrainConfig:
 def _pretrain_run(model: str) -> TrainConfig:
     return TrainConfig(
         name=model, model=model,
-        model_overrides={"dtype": "bfloat16", "param_dtype": "float32", "attn_impl": "pallas", "scan_layers": True,
-                         "remat_policy": "block"},
+        model_overrides={"dtype": "bfloat16", "param_dtype": "float32", "kernel.impl": "pallas",
+                         "scan_layers": True, "remat_policy": "block"},
         data=DataConfig(source="array_record", paths=("data/shards",), seq_len=4096, batch_size=128),
         optim=OptimConfig(lr=3e-4, warmup_steps=1000, weight_decay=0.1, min_lr_ratio=0.1),
         mesh=MeshConfig(data=1, fsdp=-1), grad_accum=4, steps=20_000, log_every=50, steps_per_call=1,

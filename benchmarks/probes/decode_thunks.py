@@ -55,7 +55,7 @@ def thunk_summary(text: str) -> dict:
 def compile_loop(preset: str, layers: int, rows: int, tokens: int, target: str) -> None:
     """Compile the decode loop once (this process's XLA_FLAGS decide the dump and the variant)."""
     cut = {"num_hidden_layers": layers} if layers else {}
-    config = get_config(preset, dtype="bfloat16", param_dtype="bfloat16", attn_impl="pallas", **cut)
+    config = get_config(preset, dtype="bfloat16", param_dtype="bfloat16", **{"kernel.impl": "pallas"}, **cut)
     served = split_model(nnx.eval_shape(lambda: CausalLM(config, rngs=nnx.Rngs(0))))
     run = lambda state, ids, cache: decode(SplitModel(served.graphdef, state, served.key), ids, cache, tokens,
                                            rows=rows)

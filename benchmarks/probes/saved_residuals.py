@@ -20,7 +20,7 @@ from ccq_jax.models.causal_lm import Block
 
 def block_residuals(preset, batch, seqlen, attn_impl="pallas", param_dtype="bfloat16"):
     """[(bytes, shape and dtype, where it comes from)] for one block of `preset`, largest first."""
-    cfg = get_config(preset, dtype="bfloat16", param_dtype=param_dtype, attn_impl=attn_impl)
+    cfg = get_config(preset, dtype="bfloat16", param_dtype=param_dtype, **{"kernel.impl": attn_impl})
     graphdef, params = nnx.split(Block(cfg, rngs=nnx.Rngs(0)))
     x = jnp.zeros((batch, seqlen, cfg.hidden_size), jnp.bfloat16)
     segment_ids = jnp.ones((batch, seqlen), jnp.int32)

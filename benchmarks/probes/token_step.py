@@ -5,7 +5,7 @@
 For each op and row count at the 1.3B heads (GLA and CCQ-GLA: H = 4, K = 256, V = 512; Gated DeltaNet: H = 6), one
 compiled program runs `--steps` decode steps back to back (unrolled: no host round trip between them), each feeding
 its state (and statistics) to the next, bf16 q/k/v; the time per step is the best of `--repeats` runs after a
-compiling one. `impl=recurrent` is what `decode_impl="recurrent"` runs (XLA's fusions), `pallas` the one-token
+compiling one. `impl=recurrent` is what `kernel.decode_impl="recurrent"` runs (XLA's fusions), `pallas` the one-token
 kernels (`pallas_kernels.recurrent_step`) at each `KernelConfig` of `--widths` and `--warps`.
 """
 

@@ -71,7 +71,7 @@ def convert_main(argv=None) -> int:
         p.add_argument("source")
         p.add_argument("target")
     from_fla.add_argument("--set", dest="overrides", action="append", default=[], metavar="FIELD=VALUE",
-                          help="override a config field of the result, e.g. --set chunk_size=32")
+                          help="override a config field of the result, e.g. --set kernel.chunk_size=32")
     export.add_argument("--format", choices=("fla", "native"), default="fla",
                         help="fla: fla's config and names (fla's AutoModelForCausalLM loads it); native: "
                              "CausalLM.save_pretrained's (exact, every config field)")
@@ -101,7 +101,7 @@ def _parity_parser():
     parser.add_argument("--torch-python", default=None, help="Python with torch and fla (default: this one)")
     parser.add_argument("--save-dir", default=None, help="where --preset writes its checkpoint (default: a temp dir)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="FIELD=VALUE",
-                        help="override our config (e.g. --set attn_impl=recurrent; with --preset also sizes)")
+                        help="override our config (e.g. --set kernel.impl=recurrent; with --preset also sizes)")
     parser.add_argument("--json", default=None, help="write the metrics and the setup to this file")
     parser.add_argument("--max-rel-rms", type=float, default=None, help="exit 1 if the relative RMS is above")
     return parser
@@ -145,7 +145,7 @@ def _run_parity(args, overrides, checkpoint) -> dict:
         "tokens": [args.batch, args.seq_len], "dtype": args.dtype,
         "torch_side": {**torch_side, "seconds": round(torch_seconds, 2)},
         "jax_side": {"device": str(jax.devices()[0].device_kind), "jax": jax.__version__,
-                     "attn_impl": config.attn_impl, "seconds": round(jax_seconds, 2)},
+                     "kernel_impl": config.kernel.impl, "seconds": round(jax_seconds, 2)},
         "host": platform.node(),
         "tf32": args.tf32,
         "metrics": parity.logit_metrics(ours, reference),
@@ -172,7 +172,7 @@ def parity_main(argv=None) -> None:
           f"{model['hidden_size']}, {model['parameters']:,} parameters; {args.batch} x {args.seq_len} tokens, "
           f"{args.dtype}")
     print(f"  PyTorch (torch {torch_side['torch']}, fla {torch_side['fla']}) on {torch_side['device']}: "
-          f"{torch_side['seconds']} s; JAX {jax_side['jax']} on {jax_side['device']} ({jax_side['attn_impl']}): "
+          f"{torch_side['seconds']} s; JAX {jax_side['jax']} on {jax_side['device']} ({jax_side['kernel_impl']}): "
           f"{jax_side['seconds']} s")
     for label, key in (("max |logit diff|", "max_abs_diff"), ("mean |logit diff|", "mean_abs_diff"),
                        ("relative RMS", "rel_rms"), ("KL(fla || ours) per token", "kl")):

@@ -23,7 +23,7 @@ from typing import Any, Mapping
 
 from ccq_jax import configlib
 from ccq_jax.layers.ccq import CCQConfig
-from ccq_jax.models.config import DType, GatedDeltaNetConfig, GLAConfig, ModelConfig
+from ccq_jax.models.config import DType, GatedDeltaNetConfig, GLAConfig, ModelConfig, apply_overrides
 
 COMMON = ("vocab_size", "hidden_size", "num_hidden_layers", "num_heads", "hidden_ratio", "intermediate_size",
           "norm_eps", "initializer_range", "tie_word_embeddings", "use_short_conv", "conv_size")
@@ -63,7 +63,7 @@ def _hint(name: str, known, model_type: str) -> str:
 
 
 def config_from_fla(fla_config: Mapping[str, Any], **overrides) -> ModelConfig:
-    """Our config for an fla config dict; `overrides` then replace fields (e.g. dtype, chunk_size)."""
+    """Our config for an fla config dict; `overrides` then replace fields (e.g. dtype, kernel.chunk_size)."""
     fla_config = dict(fla_config)
     model_type = fla_config.get("model_type")
     configlib.check_choice("model_type", model_type, MODEL_TYPES)
@@ -88,7 +88,7 @@ def config_from_fla(fla_config: Mapping[str, Any], **overrides) -> ModelConfig:
     if has_ccq:
         values["ccq"] = configlib.from_dict(CCQConfig, fla_config.get("ccq") or {}, prefix="ccq.")
     cfg = configlib.from_dict(cls, values)
-    return configlib.with_overrides(cfg, overrides) if overrides else cfg
+    return apply_overrides(cfg, overrides) if overrides else cfg
 
 
 def _model_type(config: ModelConfig) -> str:

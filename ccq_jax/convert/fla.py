@@ -25,7 +25,8 @@ _UNFUSED_GLA_NORM = re.compile(r"^(model\.layers\.\d+\.attn)\.g_norm\.weight$")
 
 def load_fla_checkpoint(path, *, progress: bool = False, **overrides) -> tuple[ModelConfig, CausalLM]:
     """(config, model) from an fla model folder; `overrides` change config fields that keep the parameters
-    (e.g. `dtype="bfloat16"`, `attn_impl="recurrent"`, `chunk_size=32`). ValueError names what does not fit."""
+    (e.g. `dtype="bfloat16"`, `**{"kernel.impl": "recurrent", "kernel.chunk_size": 32}`). ValueError names what
+    does not fit."""
     folder = Path(path)
     fla_config = files.read_json(folder / files.CONFIG)
     config = config_from_fla(fla_config, **overrides)

@@ -1,7 +1,7 @@
 """Jit-compiled prefill, decoding (one step, or a loop) and batched generation for any `CausalLM`.
 
 All of them run the model's one forward (`model(ids, segment_ids, cache=...)`): prefill with
-the chunked kernels (`attn_impl`), decoding one token per row with `decode_impl` (the
+the chunked kernels (`kernel.impl`), decoding one token per row with `kernel.decode_impl` (the
 recurrent form by default). The model enters each compiled function as its graph (a static
 `GraphKey`) and its state, so the compiled step is reused for every call with the same shapes; each
 function takes the module or, to skip splitting it (and hashing its graph) on every call, its

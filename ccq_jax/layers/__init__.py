@@ -4,7 +4,8 @@ Mixers (token mixing; each `layer(x, segment_ids=None, cache=None) -> (y, cache)
 `GatedLinearAttention`, `GatedDeltaNet` (both optionally with the CCQ read, `ccq=CCQConfig(...)`)
 and the softmax `Attention` baseline with RoPE. Shared blocks: `RMSNorm`, `GatedRMSNorm`,
 `GatedMLP` (fla's width rule `mlp_width`), `ShortConvolution`. Parameter names follow fla's
-state_dict; logical sharding axes are listed in `ccq_jax.layers.params`.
+state_dict; logical sharding axes are listed in `ccq_jax.layers.params`. `KernelPolicy` picks the
+linear-attention layers' implementations (`ccq_jax.ops` impls) and the decode step's LM head.
 """
 
 from ccq_jax.layers.attention import Attention
@@ -13,9 +14,10 @@ from ccq_jax.layers.ccq import CCQConfig, CCQGate
 from ccq_jax.layers.conv import ShortConvolution
 from ccq_jax.layers.gated_deltanet import GatedDeltaNet
 from ccq_jax.layers.gla import GatedLinearAttention
+from ccq_jax.layers.kernel_policy import KernelPolicy
 from ccq_jax.layers.mlp import GatedMLP, mlp_width
 from ccq_jax.layers.norm import GatedRMSNorm, RMSNorm
 from ccq_jax.layers.params import AXES
 
 __all__ = ["AXES", "Attention", "CCQConfig", "CCQGate", "GatedDeltaNet", "GatedLinearAttention", "GatedMLP",
-           "GatedRMSNorm", "KVCache", "RMSNorm", "RecurrentCache", "ShortConvolution", "mlp_width"]
+           "GatedRMSNorm", "KVCache", "KernelPolicy", "RMSNorm", "RecurrentCache", "ShortConvolution", "mlp_width"]

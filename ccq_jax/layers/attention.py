@@ -2,7 +2,7 @@
 
 q, k, v projections (`num_kv_heads < num_heads`: grouped-query attention), rotary embeddings
 (GPT-NeoX half rotation, `rope_theta`), `jax.nn.dot_product_attention` (cuDNN flash attention
-on GPUs when `attn_impl="cudnn"` or chosen automatically), `o_proj`. Positions restart at 0
+on GPUs when `sdpa_impl="cudnn"` or chosen automatically), `o_proj`. Positions restart at 0
 in every document of a packed row, and tokens attend only within their document.
 
 With a `KVCache` the new keys and values are written at slot `cache.index` and the queries
@@ -55,11 +55,11 @@ def _doc_positions(docs):
 
 class Attention(nnx.Module):
     def __init__(self, hidden_size: int, *, num_heads: int = 32, num_kv_heads: int | None = None,
-                 rope_theta: float = 10000.0, attn_impl: str | None = None, initializer_range: float = 0.02,
+                 rope_theta: float = 10000.0, sdpa_impl: str | None = None, initializer_range: float = 0.02,
                  dtype=None, param_dtype=jnp.float32, rngs: nnx.Rngs):
         self.head_dim = attention_head_dim(hidden_size, num_heads, num_kv_heads)
         self.num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
-        self.rope_theta, self.attn_impl = rope_theta, attn_impl
+        self.rope_theta, self.sdpa_impl = rope_theta, sdpa_impl
         self.dtype, self.param_dtype = dtype, param_dtype
         kw = dict(std=initializer_range, rngs=rngs, dtype=dtype, param_dtype=param_dtype)
         kv_dim = self.num_kv_heads * self.head_dim
@@ -99,5 +99,5 @@ class Attention(nnx.Module):
         elif segment_ids is not None:
             mask = (jnp.tril(jnp.ones((t, t), bool)) & (docs[:, :, None] == docs[:, None, :]))[:, None]
         o = jax.nn.dot_product_attention(q, k.astype(q.dtype), v.astype(q.dtype), mask=mask,
-                                         is_causal=mask is None, implementation=self.attn_impl)
+                                         is_causal=mask is None, implementation=self.sdpa_impl)
         return self.o_proj(o.reshape(b, t, -1)), new_cache

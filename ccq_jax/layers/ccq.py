@@ -13,8 +13,8 @@ Read policies (`CCQConfig.read`, `ccq_jax.ops.ReadPolicy`): "first_order" (the p
 "neumann" (`terms` powers of -lam Sigma), "cg" (`iterations` conjugate-gradient steps on (I + lam Sigma) x = q).
 `lambda_max` above 1 widens the gate's range, for "cg" only: there I + lam Sigma stays positive definite,
 while the first-order read and the Neumann series stop contracting once lam eig_max(Sigma) > 1. The
-kernels compute the first-order read; the other policies run on the XLA forms (`attn_impl` chunk,
-`decode_impl` recurrent).
+kernels compute the first-order read; the other policies run on the XLA forms (`kernel.impl` chunk,
+`kernel.decode_impl` recurrent: `ccq_jax.layers.KernelPolicy`).
 """
 
 import dataclasses

@@ -24,6 +24,7 @@ from flax import nnx
 import ccq_jax.ops as ops
 from ccq_jax import checks as check
 from ccq_jax.layers.ccq import CCQConfig
+from ccq_jax.layers.kernel_policy import KernelPolicy
 from ccq_jax.layers.norm import GatedRMSNorm, RMSNorm
 from ccq_jax.layers.params import linear, param
 from ccq_jax.layers.recurrent import RecurrentMixer
@@ -72,8 +73,7 @@ class GatedDeltaNet(RecurrentMixer):
     def __init__(self, hidden_size: int, *, num_heads: int = 6, head_dim: int = 256, expand_v: float = 2.0,
                  num_v_heads: int | None = None, use_gate: bool = True, use_short_conv: bool = True,
                  conv_size: int = 4, allow_neg_eigval: bool = False, norm_eps: float = 1e-5,
-                 ccq: CCQConfig | None = None, attn_impl: str = "chunk", decode_impl: str = "recurrent",
-                 chunk_size: int | None = None, interpret: bool | None = None, initializer_range: float = 0.02,
+                 ccq: CCQConfig | None = None, kernel: KernelPolicy = KernelPolicy(), initializer_range: float = 0.02,
                  dtype=None, param_dtype=jnp.float32, recompute: bool = True, rngs: nnx.Rngs):
         d = gdn_dims(num_heads, head_dim, expand_v, num_v_heads)
         if not use_short_conv:
@@ -97,8 +97,7 @@ class GatedDeltaNet(RecurrentMixer):
         self.o_proj = linear(d.value_dim, hidden_size, ("heads", "embed"), **kw)
         conv = (d.key_dim, d.key_dim, d.value_dim) if use_short_conv else None
         self._setup(state_heads=d.num_v_heads, head_k_dim=head_dim, head_v_dim=d.head_v_dim, conv_channels=conv,
-                    conv_size=conv_size, ccq=ccq, attn_impl=attn_impl, decode_impl=decode_impl,
-                    chunk_size=chunk_size, interpret=interpret, recompute=recompute, **kw)
+                    conv_size=conv_size, ccq=ccq, kernel=kernel, recompute=recompute, **kw)
 
     def _qk_heads(self, x):
         """[B, T, H*K] -> l2-normalised [B, T, HV, K] (each query/key head repeated for its value heads)."""

@@ -21,6 +21,7 @@ from flax import nnx
 import ccq_jax.ops as ops
 from ccq_jax import checks as check
 from ccq_jax.layers.ccq import CCQConfig
+from ccq_jax.layers.kernel_policy import KernelPolicy
 from ccq_jax.layers.norm import GatedRMSNorm, RMSNorm
 from ccq_jax.layers.params import linear
 from ccq_jax.layers.recurrent import RecurrentMixer
@@ -59,10 +60,8 @@ class GatedLinearAttention(RecurrentMixer):
                  expand_k: float = 0.5, expand_v: float = 1.0, use_short_conv: bool = False, conv_size: int = 4,
                  use_output_gate: bool = True, norm_eps: float = 1e-5, gate_low_rank_dim: int = 16,
                  gate_logit_normalizer: float = 16, clamp_min: float | None = None, ccq: CCQConfig | None = None,
-                 attn_impl: str = "chunk", decode_impl: str = "recurrent", chunk_size: int | None = None,
-                 interpret: bool | None = None,
-                 initializer_range: float = 0.02, dtype=None, param_dtype=jnp.float32, recompute: bool = True,
-                 rngs: nnx.Rngs):
+                 kernel: KernelPolicy = KernelPolicy(), initializer_range: float = 0.02, dtype=None,
+                 param_dtype=jnp.float32, recompute: bool = True, rngs: nnx.Rngs):
         d = gla_dims(hidden_size, num_heads, num_kv_heads, expand_k, expand_v)
         self.num_heads, self.dims = num_heads, d
         self.gate_logit_normalizer, self.clamp_min = gate_logit_normalizer, clamp_min
@@ -86,8 +85,7 @@ class GatedLinearAttention(RecurrentMixer):
             self.g_norm = RMSNorm(d.head_v_dim, **norm_kw)
         conv = (d.key_dim, d.key_dim // groups, d.value_dim // groups) if use_short_conv else None
         self._setup(state_heads=num_heads, head_k_dim=d.head_k_dim, head_v_dim=d.head_v_dim, conv_channels=conv,
-                    conv_size=conv_size, ccq=ccq, attn_impl=attn_impl, decode_impl=decode_impl,
-                    chunk_size=chunk_size, interpret=interpret, recompute=recompute, **kw)
+                    conv_size=conv_size, ccq=ccq, kernel=kernel, recompute=recompute, **kw)
 
     def _expand(self, x, head_dim):
         """[B, T, Hkv*D] -> [B, T, H, D], each kv head serving num_heads / num_kv_heads query heads."""

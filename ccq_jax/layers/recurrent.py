@@ -3,8 +3,8 @@
 One forward serves training, prefill and decoding: with `cache=None` the layer reads from a
 zero state and returns no cache; with a cache it starts from the cached state, statistics and
 conv tails (they belong to the document at position 0, the ops' convention) and returns the
-updated cache. A call with one token uses `decode_impl` (default: the recurrent form), longer
-calls use `attn_impl` (default: the chunked form).
+updated cache. The layer's `KernelPolicy` picks the implementation: a call with one token uses its
+`decode_impl` (default: the recurrent form), longer calls its `impl` (default: the chunked form).
 
 Inside `nnx.capture(model, nnx.Intermediate)` every layer also records what its read uses:
 the keys and queries `[B, T, H, K]` under the names `keys` and `queries`, and with CCQ on the gate
@@ -19,21 +19,23 @@ from flax import nnx
 from ccq_jax.layers.cache import RecurrentCache
 from ccq_jax.layers.ccq import CCQGate
 from ccq_jax.layers.conv import ShortConvolution
+from ccq_jax.layers.kernel_policy import KernelPolicy
 from ccq_jax.layers.shapes import split_heads
-from ccq_jax.ops import CCQStats, REFERENCES
+from ccq_jax.ops import CCQStats
 
 
 class RecurrentMixer(nnx.Module):
     """Base of the linear-attention layers; subclasses call `_setup`, then `_project`, `_read` and `_output`."""
 
-    def _setup(self, *, state_heads, head_k_dim, head_v_dim, conv_channels, conv_size, ccq, attn_impl,
-               decode_impl, chunk_size, interpret, std, rngs, dtype, param_dtype, recompute):
-        """conv_channels: (q, k, v) widths for the short convs, or None for no convs; recompute: see
-        `ccq_jax.layers.remat`."""
+    def _setup(self, *, state_heads, head_k_dim, head_v_dim, conv_channels, conv_size, ccq, kernel, std, rngs,
+               dtype, param_dtype, recompute):
+        """conv_channels: (q, k, v) widths for the short convs, or None for no convs; kernel: the `KernelPolicy`;
+        recompute: see `ccq_jax.layers.remat`."""
+        if not isinstance(kernel, KernelPolicy):
+            raise ValueError(f"kernel: expected a ccq_jax.layers.KernelPolicy, got {kernel!r}")
         self.recompute = recompute
         self.state_heads, self.head_k_dim, self.head_v_dim = state_heads, head_k_dim, head_v_dim
-        self.attn_impl, self.decode_impl, self.chunk_size = attn_impl, decode_impl, chunk_size
-        self.interpret = interpret
+        self.kernel_policy = kernel
         self.dtype, self.param_dtype = dtype, param_dtype
         self.ccq_config = ccq
         self.use_short_conv = conv_channels is not None
@@ -88,14 +90,8 @@ class RecurrentMixer(nnx.Module):
         if capturing:
             self.sow(nnx.Intermediate, "keys", k)
             self.sow(nnx.Intermediate, "queries", q)
-        t = q.shape[1]
-        impl = self.decode_impl if t == 1 else self.attn_impl
-        kw = dict(segment_ids=segment_ids, impl=impl, output_final_state=cache is not None,
-                  initial_state=None if cache is None else cache.state)
-        if impl == self.attn_impl and self.chunk_size is not None:
-            kw["chunk_size"] = self.chunk_size
-        if impl not in REFERENCES and self.interpret is not None:
-            kw["interpret"] = self.interpret
+        kw = dict(segment_ids=segment_ids, output_final_state=cache is not None,
+                  initial_state=None if cache is None else cache.state, **self.kernel_policy.read_options(q.shape[1]))
         if not self._ccq_on:
             o, state = reads[0](q, k, *args, **kw)
             return o, state, None

@@ -27,11 +27,9 @@ def _mixer(cfg: ModelConfig, rngs: nnx.Rngs) -> nnx.Module:
                   rngs=rngs)
     if isinstance(cfg, TransformerConfig):
         return Attention(cfg.hidden_size, num_heads=cfg.num_heads, num_kv_heads=cfg.num_kv_heads,
-                         rope_theta=cfg.rope_theta, attn_impl=cfg.attn_impl, **common)
-    common.update(ccq=cfg.ccq, attn_impl=cfg.attn_impl, decode_impl=cfg.decode_impl, chunk_size=cfg.chunk_size,
-                  interpret=cfg.interpret,
-                  use_short_conv=cfg.use_short_conv, conv_size=cfg.conv_size, norm_eps=cfg.norm_eps,
-                  recompute=cfg.recompute_elementwise)
+                         rope_theta=cfg.rope_theta, sdpa_impl=cfg.sdpa_impl, **common)
+    common.update(ccq=cfg.ccq, kernel=cfg.kernel, use_short_conv=cfg.use_short_conv, conv_size=cfg.conv_size,
+                  norm_eps=cfg.norm_eps, recompute=cfg.recompute_elementwise)
     if isinstance(cfg, GLAConfig):
         return GatedLinearAttention(
             cfg.hidden_size, num_heads=cfg.num_heads, num_kv_heads=cfg.num_kv_heads, expand_k=cfg.expand_k,
@@ -116,7 +114,8 @@ class CausalLM(nnx.Module):
     def from_pretrained(cls, path, *, step: int | None = None, **overrides) -> "CausalLM":
         """The model of a folder written by `save_pretrained` or of a ccq-train run (its workdir, checkpoints/ or a
         step's folder; `step`: which saved step, default the latest). `overrides` change config fields that keep
-        the parameters (e.g. attn_impl="recurrent", dtype="bfloat16"). Relative paths are the working directory's."""
+        the parameters (e.g. **{"kernel.impl": "recurrent"}, dtype="bfloat16"). Relative paths are the working
+        directory's."""
         return read_pretrained(cls, path, step=step, overrides=overrides).model
 
     def save_pretrained(self, path, *, tokenizer=None) -> None:
@@ -131,9 +130,8 @@ class CausalLM(nnx.Module):
         A cache (`ccq_jax.inference.init_cache`) continues its document at position 0.
         """
         x, new_cache = self.hidden_states(input_ids, segment_ids, cache)
-        kernel_head = cache is not None and input_ids.shape[1] == 1 and self.config.head_impl == "pallas"
-        logits = lm_logits(x, self.head(), self.config.compute_dtype, impl="pallas" if kernel_head else "xla",
-                           interpret=self.config.interpret if kernel_head else None)
+        logits = lm_logits(x, self.head(), self.config.compute_dtype,
+                           **self.config.kernel.head_options(cache is not None and input_ids.shape[1] == 1))
         return logits if cache is None else (logits, new_cache)
 
     def hidden_states(self, input_ids: jax.Array, segment_ids: jax.Array | None = None, cache: tuple | None = None):

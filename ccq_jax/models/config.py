@@ -6,7 +6,10 @@
 from dicts or overrides (`config_from_dict`, `apply_overrides`, `get_config(name, **overrides)`)
 unknown keys are rejected with the closest valid name. `dtype` is the compute dtype,
 `param_dtype` the parameters' (e.g. bf16 compute on fp32 parameters); recurrent states,
-gates and statistics are fp32 whatever these are.
+gates and statistics are fp32 whatever these are. `kernel` (a `KernelPolicy`) picks the kernels
+(`kernel.impl=pallas`); a Transformer's attention backend is its own `sdpa_impl`. Configs saved before the
+policy (flat `attn_impl`, `decode_impl`, `chunk_size`, `head_impl`, `interpret`) still load; as overrides those
+keys are refused, naming their new key.
 """
 
 import dataclasses
@@ -20,10 +23,18 @@ from ccq_jax.layers.attention import attention_head_dim
 from ccq_jax.layers.ccq import CCQConfig
 from ccq_jax.layers.gated_deltanet import gdn_dims
 from ccq_jax.layers.gla import gla_dims
+from ccq_jax.layers.kernel_policy import KernelPolicy
 from ccq_jax.layers.mlp import mlp_width
-from ccq_jax.ops import IMPLS, REFERENCES
+from ccq_jax.ops import REFERENCES
 
 DType = Literal["float32", "bfloat16", "float16"]
+DEFAULT_KERNEL = KernelPolicy()
+LINEAR_READS = ("impl", "decode_impl", "chunk_size")  # the kernel policy's fields only linear attention uses
+# the flat kernel fields of configs saved before the kernel policy: {old key: its key now}; only saved configs
+# (`config_from_dict`, `saved_overrides`) are read with them, overrides with an old key are refused naming the new
+RENAMED = {"attn_impl": "kernel.impl", "decode_impl": "kernel.decode_impl", "chunk_size": "kernel.chunk_size",
+           "head_impl": "kernel.head_impl", "interpret": "kernel.interpret"}
+RENAMED_TRANSFORMER = {**RENAMED, "attn_impl": "sdpa_impl"}
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -49,22 +60,9 @@ class ModelConfig:
     # run the blocks of a forward without a cache as one `lax.scan` over the layers' stacked parameters (one block
     # traced and compiled, not num_hidden_layers); the parameters keep their per-layer layout (`layers.{i}`)
     scan_layers: bool = False
-    # the LM head of a decode step (one token per row, with a cache): "xla" (XLA's GEMM) or "pallas" (the
-    # row-matmul kernel, `ccq_jax.ops.lm_head`: compiled on a GPU, interpreted on a CPU)
-    head_impl: Literal["xla", "pallas"] = "xla"
-    # the kernels' `interpret` (`ccq_jax.ops`): None interprets them exactly on a CPU; False compiles them also
-    # there, for ahead-of-time compilation to another platform (`ccq-compile` for a TPU topology)
-    interpret: bool | None = None
-
-    @property
-    def kernel_impls(self) -> dict:
-        """{field: impl} of the fields that pick kernels or their references (`interpret` applies to these)."""
-        return {"head_impl": self.head_impl}
-
-    @property
-    def runs_kernels(self) -> bool:
-        """Whether any of `kernel_impls` picks a kernel (not XLA's forms: the references, "xla")."""
-        return any(impl not in (*REFERENCES, "xla") for impl in self.kernel_impls.values())
+    # the kernels: the linear-attention reads' `ccq_jax.ops` impls, their chunk, the decode step's LM head and the
+    # kernels' interpretation (`ccq_jax.layers.KernelPolicy`); override one as `kernel.impl=pallas`
+    kernel: KernelPolicy = dataclasses.field(default_factory=KernelPolicy)
 
     @property
     def recompute_elementwise(self) -> bool:
@@ -78,13 +76,9 @@ class ModelConfig:
         check.integer("intermediate_size", self.intermediate_size, minimum=1, optional=True)
         check.real("norm_eps", self.norm_eps, lo=0, lo_open=True)
         check.real("initializer_range", self.initializer_range, lo=0)
-        if self.head_impl == "pallas" and (self.vocab_size % 16 or self.hidden_size % 16):
-            raise ValueError(f"head_impl: 'pallas' needs vocab_size and hidden_size multiples of 16, got "
+        if self.kernel.head_impl == "pallas" and (self.vocab_size % 16 or self.hidden_size % 16):
+            raise ValueError(f"kernel.head_impl: 'pallas' needs vocab_size and hidden_size multiples of 16, got "
                              f"{self.vocab_size} and {self.hidden_size}")
-        if self.interpret is not None and not self.runs_kernels:
-            chosen = ", ".join(f"{k}={v!r}" for k, v in self.kernel_impls.items())
-            raise ValueError(f"interpret: {chosen} run no kernels; leave interpret unset (None) or pick a kernel "
-                             f"impl")
 
     @property
     def mlp_width(self) -> int:
@@ -99,23 +93,30 @@ class ModelConfig:
         return jnp.dtype(self.param_dtype)
 
     def to_dict(self) -> dict:
-        """Plain values (the CCQ config as a dict) plus the `family` key; `config_from_dict` inverts it."""
+        """Plain values (the CCQ config and the kernel policy as dicts) plus the `family` key; `config_from_dict`
+        inverts it."""
         return {"family": self.family, **configlib.to_dict(self)}
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class TransformerConfig(ModelConfig):
-    """Softmax attention with RoPE; attn_impl picks `jax.nn.dot_product_attention`'s implementation."""
+    """Softmax attention with RoPE; sdpa_impl picks `jax.nn.dot_product_attention`'s implementation (None: JAX's
+    choice). Of the kernel policy only head_impl and interpret apply (a decode step's LM head)."""
 
     family: ClassVar[str] = "transformer"
 
     num_heads: int = 32
     num_kv_heads: int | None = None
     rope_theta: float = 10000.0
-    attn_impl: Literal["xla", "cudnn"] | None = None
+    sdpa_impl: Literal["xla", "cudnn"] | None = None
 
     def __post_init__(self):
         super().__post_init__()
+        for name in LINEAR_READS:
+            if getattr(self.kernel, name) != getattr(DEFAULT_KERNEL, name):
+                raise ValueError(f"kernel.{name}: the Transformer has no linear-attention reads (its attention "
+                                 f"backend is sdpa_impl); leave kernel.{name} at {getattr(DEFAULT_KERNEL, name)!r}, "
+                                 f"got {getattr(self.kernel, name)!r}")
         attention_head_dim(self.hidden_size, self.num_heads, self.num_kv_heads)
         check.real("rope_theta", self.rope_theta, lo=0, lo_open=True)
 
@@ -125,26 +126,17 @@ class LinearAttentionConfig(ModelConfig):
     """Fields the linear-attention families share: CCQ, kernels (`ccq_jax.ops` impls), short convolutions."""
 
     ccq: CCQConfig | None = None
-    attn_impl: str = "chunk"
-    decode_impl: str = "recurrent"
-    chunk_size: int | None = None
     use_short_conv: bool = False
     conv_size: int = 4
 
-    @property
-    def kernel_impls(self) -> dict:
-        return {"attn_impl": self.attn_impl, "decode_impl": self.decode_impl, **super().kernel_impls}
-
     def __post_init__(self):
         super().__post_init__()
-        configlib.check_choice("attn_impl", self.attn_impl, IMPLS)
-        configlib.check_choice("decode_impl", self.decode_impl, IMPLS)
         if self.ccq is not None and self.ccq.read != "first_order":
-            for name in ("attn_impl", "decode_impl"):
-                if getattr(self, name) not in REFERENCES:
-                    raise ValueError(f"{name}: ccq.read={self.ccq.read!r} runs on the XLA forms {list(REFERENCES)}; "
-                                     f"the kernels compute the first-order read only, got {getattr(self, name)!r}")
-        check.integer("chunk_size", self.chunk_size, minimum=1, optional=True)
+            for name in ("impl", "decode_impl"):
+                if getattr(self.kernel, name) not in REFERENCES:
+                    raise ValueError(f"kernel.{name}: ccq.read={self.ccq.read!r} runs on the XLA forms "
+                                     f"{list(REFERENCES)}; the kernels compute the first-order read only, got "
+                                     f"{getattr(self.kernel, name)!r}")
         check.integer("conv_size", self.conv_size, minimum=1)
 
 
@@ -193,15 +185,35 @@ class GatedDeltaNetConfig(LinearAttentionConfig):
 FAMILIES = {cls.family: cls for cls in (TransformerConfig, GLAConfig, GatedDeltaNetConfig)}
 
 
+def renamed_keys(family: str) -> dict[str, str]:
+    """{old flat key: its key now} of `family`'s configs (a Transformer's `attn_impl` is its `sdpa_impl`)."""
+    configlib.check_choice("family", family, FAMILIES)
+    return RENAMED_TRANSFORMER if family == "transformer" else RENAMED
+
+
+def saved_overrides(family: str, overrides: Mapping[str, Any]) -> dict:
+    """Overrides stored with a saved model or run (a run's `model_overrides`) with the old flat kernel keys renamed
+    (`{"attn_impl": "pallas"}` -> `{"kernel.impl": "pallas"}`), for `apply_overrides` / `get_config`."""
+    names = renamed_keys(family)
+    return {names.get(key, key): value for key, value in overrides.items()}
+
+
 def config_from_dict(values: Mapping[str, Any]) -> ModelConfig:
-    """Inverse of `ModelConfig.to_dict`: the `family` key picks the class."""
+    """Inverse of `ModelConfig.to_dict`: the `family` key picks the class. A config saved before the kernel policy
+    (flat `attn_impl`, `decode_impl`, `chunk_size`, `head_impl`, `interpret`) reads as the same config."""
     values = dict(values)
     family = values.pop("family", None)
-    configlib.check_choice("family", family, FAMILIES)
-    return configlib.from_dict(FAMILIES[family], values)
+    old = {key: values.pop(key) for key in renamed_keys(family) if key in values}
+    cfg = configlib.from_dict(FAMILIES[family], values)
+    return configlib.with_overrides(cfg, saved_overrides(family, old)) if old else cfg
 
 
 def apply_overrides(cfg: ModelConfig, overrides: Mapping[str, Any]) -> ModelConfig:
-    """`cfg` with fields replaced; dotted keys reach into the CCQ config (`{"ccq.mode": "off"}`),
-    a dict for `ccq` replaces it (`{"ccq": {"mode": "fixed"}}`), `{"ccq": None}` removes it."""
+    """`cfg` with fields replaced; dotted keys reach into the CCQ config and the kernel policy
+    (`{"ccq.mode": "off"}`, `{"kernel.impl": "pallas"}`), a dict for `ccq` replaces it (`{"ccq": {"mode": "fixed"}}`),
+    `{"ccq": None}` removes it. The old flat kernel keys (`attn_impl`, ...) are refused, naming their new key."""
+    names = renamed_keys(cfg.family)
+    for key in overrides:
+        if key in names:
+            raise ValueError(f"{key}: renamed to {names[key]} (e.g. {names[key]}={overrides[key]!r})")
     return configlib.with_overrides(cfg, overrides)

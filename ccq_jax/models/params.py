@@ -22,7 +22,7 @@ def with_config(model: CausalLM, **overrides) -> CausalLM:
     """A model sharing `model`'s parameters under a changed config (fields that keep the parameter tree).
 
     E.g. the paper's ablation `with_config(model, **{"ccq.mode": "off"})`, or
-    `with_config(model, attn_impl="recurrent")`. Raises ValueError if the parameters differ.
+    `with_config(model, **{"kernel.impl": "recurrent"})`. Raises ValueError if the parameters differ.
     """
     config = apply_overrides(model.config, overrides)
     graphdef, abstract_state = nnx.split(abstract_model(config))

@@ -56,8 +56,9 @@ PRESETS = _presets()
 def get_config(name: str, **overrides) -> ModelConfig:
     """The preset `name` with any config field overridden, e.g. get_config("ccq-gla-tiny", dtype="bfloat16").
 
-    Dotted keys reach into the CCQ config: `get_config("ccq-gdn-tiny", **{"ccq.mode": "off"})`;
-    `ccq={"mode": "fixed"}` replaces it and `ccq=None` removes it.
+    Dotted keys reach into the CCQ config and the kernel policy: `get_config("ccq-gdn-tiny", **{"ccq.mode": "off"})`,
+    `get_config("gla-tiny", **{"kernel.impl": "pallas"})`; `ccq={"mode": "fixed"}` replaces it and `ccq=None`
+    removes it (`kernel=KernelPolicy(...)` replaces the policy).
     """
     configlib.check_choice("name", name, PRESETS)
     cls, fields = PRESETS[name]

@@ -19,8 +19,10 @@ tokenizer), `ccq-eval --checkpoint` and `ccq-convert`. A training checkpoint (it
 holds `state` (`TrainState(params, opt_state, step)`) and `config` (the TrainConfig as JSON); only the parameters
 are read (an orbax partial restore, onto one device), after the step's files are checked against their manifest
 (`ccq_jax.checkpoint_manifest`). The vocabulary size comes from the stored embedding (training grows a preset's
-vocabulary to the data's). `overrides` change config fields that keep the parameters (`attn_impl`, `dtype`, ...;
-`param_dtype` casts on load). Paths are the user's (`ccq_jax.cli.user_path`): relative ones work.
+vocabulary to the data's). `overrides` change config fields that keep the parameters (`kernel.impl`, `dtype`, ...;
+`param_dtype` casts on load); a run's stored `model_overrides` and a folder's config.json may hold the flat kernel
+keys of before the kernel policy (`attn_impl`, ...), read as their new keys (`ccq_jax.models.config.RENAMED`).
+Paths are the user's (`ccq_jax.cli.user_path`): relative ones work.
 """
 
 import dataclasses
@@ -35,7 +37,7 @@ from ccq_jax.checkpoint_manifest import ON_DAMAGED, verified_step
 from ccq_jax.cli import user_path
 from ccq_jax.configlib import check_choice
 from ccq_jax.models import files
-from ccq_jax.models.config import ModelConfig, apply_overrides, config_from_dict
+from ccq_jax.models.config import ModelConfig, apply_overrides, config_from_dict, saved_overrides
 from ccq_jax.models.presets import get_config
 from ccq_jax.models.state_dict import from_state_dict, native_rules, to_state_dict
 from ccq_jax.tokenizers import Tokenizer, save_tokenizer
@@ -89,7 +91,8 @@ def _read_step(cls, path, step, overrides: dict, on_damaged_checkpoint: str) -> 
     step_dir = step_dir.parent / str(verified_step(step_dir.parent, int(step_dir.name),
                                                    previous=on_damaged_checkpoint == "previous"))
     train_cfg = read_train_config(step_dir)
-    overrides = {**train_cfg.get("model_overrides", {}), **overrides}
+    saved = saved_overrides(get_config(train_cfg["model"]).family, train_cfg.get("model_overrides", {}))
+    overrides = {**saved, **overrides}
     stored = stored_params(step_dir)
     if "vocab_size" not in overrides:
         overrides["vocab_size"] = stored["embeddings"]["embedding"]["value"].shape[0]

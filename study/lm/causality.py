@@ -36,8 +36,8 @@ def _loss(logits, targets):
 
 def _model(a, impl):
     if a.checkpoint:
-        return load_checkpoint_model(a.checkpoint, overrides={"attn_impl": impl})[0]
-    overrides = {"attn_impl": impl, "dtype": "bfloat16", "vocab_size": load_tokenizer(a.tokenizer).vocab_size}
+        return load_checkpoint_model(a.checkpoint, overrides={"kernel.impl": impl})[0]
+    overrides = {"kernel.impl": impl, "dtype": "bfloat16", "vocab_size": load_tokenizer(a.tokenizer).vocab_size}
     return random_model(a.preset, tokenizer=a.tokenizer, overrides=overrides).model
 
 

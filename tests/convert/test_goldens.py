@@ -25,7 +25,7 @@ def test_every_kind_of_golden_is_there():
 
 @pytest.mark.parametrize("case", GOLDENS)
 def test_our_logits_match_pytorch(case):
-    _, model = load_fla_checkpoint(FIXTURES / case, chunk_size=16)  # 40 tokens: three chunks, one partial
+    _, model = load_fla_checkpoint(FIXTURES / case, **{"kernel.chunk_size": 16})  # 40 tokens: three chunks, one partial
     ids, expected = _golden(case)
     assert rel_rms(forward(model, ids), expected) < 1e-4
 
@@ -33,6 +33,6 @@ def test_our_logits_match_pytorch(case):
 @pytest.mark.parametrize("case", CCQ_GOLDENS)
 def test_the_ccq_goldens_depend_on_the_ccq_read(case):
     """Without the read our logits are far from the golden ones, so the golden does test the read."""
-    _, model = load_fla_checkpoint(FIXTURES / case, attn_impl="recurrent", **{"ccq.mode": "off"})
+    _, model = load_fla_checkpoint(FIXTURES / case, **{"kernel.impl": "recurrent", "ccq.mode": "off"})
     ids, expected = _golden(case)
     assert rel_rms(forward(model, ids), expected) > 1e-3

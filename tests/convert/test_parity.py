@@ -57,8 +57,8 @@ def test_logit_metrics():
 
 
 def test_ccq_convert_both_ways_is_exact(tmp_path, capsys):
-    convert_main(["from-fla", str(FIXTURES / "ccq-gdn"), str(tmp_path / "jax"), "--set", "chunk_size=16"])
-    assert json.loads((tmp_path / "jax" / "config.json").read_text())["chunk_size"] == 16
+    convert_main(["from-fla", str(FIXTURES / "ccq-gdn"), str(tmp_path / "jax"), "--set", "kernel.chunk_size=16"])
+    assert json.loads((tmp_path / "jax" / "config.json").read_text())["kernel"]["chunk_size"] == 16
     convert_main(["to-fla", str(tmp_path / "jax"), str(tmp_path / "fla"), "--max-shard-gb", "0.00005"])
     assert "wrote" in capsys.readouterr().out
     original, back = read_state_dict(FIXTURES / "ccq-gdn"), read_state_dict(tmp_path / "fla")

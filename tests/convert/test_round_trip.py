@@ -52,7 +52,7 @@ def test_fla_to_ours_to_fla_gives_the_same_tensors(case, tmp_path):
 
 
 def test_native_folders_round_trip(tmp_path):
-    model = random_model("ccq-gla-tiny", param_dtype="bfloat16", chunk_size=16)
+    model = random_model("ccq-gla-tiny", param_dtype="bfloat16", **{"kernel.chunk_size": 16})
     save_model(model, tmp_path)
     config, back = load_model(tmp_path)
     assert config == model.config

@@ -111,5 +111,5 @@ def test_fla_hook(monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, "ccq_jax.convert", convert)
     with pytest.raises(ValueError, match="has no tokenizer.json"):
         load_fla(tmp_path)
-    bundle = load_fla(tmp_path, tokenizer="byte", overrides={"attn_impl": "recurrent"})
-    assert bundle.model.config.attn_impl == "recurrent" and bundle.info["source"] == "fla"
+    bundle = load_fla(tmp_path, tokenizer="byte", overrides={"kernel.impl": "recurrent"})
+    assert bundle.model.config.kernel.impl == "recurrent" and bundle.info["source"] == "fla"

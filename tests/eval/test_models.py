@@ -19,7 +19,7 @@ BOS = ByteTokenizer.bos_id
 @pytest.fixture(scope="module")
 def ccq_gdn():
     """CCQ-Gated DeltaNet: short convs and CCQ statistics both travel in the carry."""
-    return build("ccq-gdn-tiny", dict(num_hidden_layers=1, chunk_size=4, vocab_size=384))
+    return build("ccq-gdn-tiny", {"num_hidden_layers": 1, "kernel.chunk_size": 4, "vocab_size": 384})
 
 
 def test_logits_and_streaming_steps_equal_the_full_forward_after_the_prefix(ccq_gdn):

@@ -13,16 +13,16 @@ T, PROMPT = 18, 11
 LINEAR = [c for c in CASES if c != "transformer"]
 
 
-@pytest.mark.parametrize("case,impls", [(c, {}) for c in CASES] + [(c, {"decode_impl": "pallas"}) for c in LINEAR]
-                         + [(c, {"head_impl": "pallas"}) for c in ("transformer", "ccq-gla")]
-                         + [("gla", {"decode_impl": "pallas", "interpret": True})]  # interpret: the step only
+@pytest.mark.parametrize("case,impls", [(c, {}) for c in CASES] + [(c, {"kernel.decode_impl": "pallas"}) for c in LINEAR]
+                         + [(c, {"kernel.head_impl": "pallas"}) for c in ("transformer", "ccq-gla")]
+                         + [("gla", {"kernel.decode_impl": "pallas", "kernel.interpret": True})]  # interpret: the step only
                          + [(c, {"ccq.read": "cg", "ccq.iterations": 3, "ccq.lambda_max": 6.0})
                             for c in ("ccq-gla", "ccq-gdn")]
                          + [("ccq-gla", {"ccq.read": "neumann", "ccq.terms": 2})])
 def test_prefill_then_decode_reproduces_the_full_forward(case, impls):
     """Row 0 packs two documents (the second continues through decoding); rows 1 and 2 are one document each.
-    decode_impl="pallas": the steps on the one-token kernels (`pallas_kernels.recurrent_step`, interpreted here);
-    head_impl="pallas": their LM head on the row-matmul kernel (`pallas_kernels.row_matmul`)."""
+    kernel.decode_impl="pallas": the steps on the one-token kernels (`pallas_kernels.recurrent_step`, interpreted here);
+    kernel.head_impl="pallas": their LM head on the row-matmul kernel (`pallas_kernels.row_matmul`)."""
     name, overrides = CASES[case]
     model = build(name, dict(overrides, **impls))
     ids = token_ids((3, T), seed=5)

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from ccq_jax.layers import Attention, CCQConfig, GatedDeltaNet, GatedLinearAttention
+from ccq_jax.layers import Attention, CCQConfig, GatedDeltaNet, GatedLinearAttention, KernelPolicy
 from tests.layers import numpy_layers as ref
 from tests.builders import call, D, layer_inputs as inputs, layer_params as params, randomize, rel_rms, SEGMENTS
 
@@ -25,7 +25,7 @@ GLA_CASES = [("none", False, None, -0.05, True, True), ("learned", True, None, N
 def test_gla_layer_matches_numpy(ccq, conv, kv_heads, clamp, gate, segments):
     layer = randomize(GatedLinearAttention(D, num_heads=4, num_kv_heads=kv_heads, use_short_conv=conv,
                                            clamp_min=clamp, use_output_gate=gate, ccq=CCQ[ccq],
-                                           attn_impl="recurrent", rngs=nnx.Rngs(0)))
+                                           kernel=KernelPolicy(impl="recurrent"), rngs=nnx.Rngs(0)))
     seg = SEGMENTS if segments else None
     y, cache = call(layer, inputs(), seg)
     expected = ref.gla(params(layer), inputs(), num_heads=4, num_kv_heads=kv_heads or 4, conv=conv, ccq=CCQ[ccq],
@@ -44,7 +44,7 @@ def test_gated_deltanet_layer_matches_numpy(ccq, v_heads, neg, conv_and_gate, se
         warnings.simplefilter("always")
         layer = GatedDeltaNet(D, num_heads=2, head_dim=8, num_v_heads=v_heads, allow_neg_eigval=neg,
                               use_short_conv=conv_and_gate, use_gate=conv_and_gate, ccq=CCQ[ccq],
-                              attn_impl="recurrent", rngs=nnx.Rngs(0))
+                              kernel=KernelPolicy(impl="recurrent"), rngs=nnx.Rngs(0))
     assert any("crucial" in str(w.message) for w in caught) != conv_and_gate  # fla's warning without convs
     randomize(layer)
     seg = SEGMENTS if segments else None
@@ -67,8 +67,8 @@ def test_attention_layer_matches_numpy(kv_heads, segments):
 # the chunked form for the pieces longer than one token, the recurrent form for the single token
 # (Gated DeltaNet shares this cache code with GLA; its chunked form with a state is tested in tests/ops)
 MIXERS = {
-    "gla": lambda: GatedLinearAttention(D, num_heads=4, use_short_conv=True, ccq=CCQConfig(), chunk_size=8,
-                                        rngs=nnx.Rngs(0)),
+    "gla": lambda: GatedLinearAttention(D, num_heads=4, use_short_conv=True, ccq=CCQConfig(),
+                                        kernel=KernelPolicy(chunk_size=8), rngs=nnx.Rngs(0)),
     "attention": lambda: Attention(D, num_heads=4, rngs=nnx.Rngs(0)),
 }
 

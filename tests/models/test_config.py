@@ -5,8 +5,9 @@ import dataclasses
 import pytest
 
 from ccq_jax.models import (
-    PRESETS, CCQConfig, GatedDeltaNetConfig, GLAConfig, TransformerConfig, config_from_dict, get_config,
+    PRESETS, CCQConfig, GatedDeltaNetConfig, GLAConfig, KernelPolicy, TransformerConfig, config_from_dict, get_config,
 )
+from ccq_jax.models.config import saved_overrides
 from ccq_jax.models.__main__ import main
 
 
@@ -39,10 +40,15 @@ BAD = [
     ("gla-tiny", dict(vocab_size=0), "vocab_size: expected an integer >= 1, got 0"),
     ("gla-tiny", dict(num_hidden_layers=2.0), "num_hidden_layers: expected int, got float 2.0"),
     ("gla-tiny", dict(dtype="fp32"), "dtype: expected Literal['float32', 'bfloat16', 'float16'], got str 'fp32'"),
-    ("gla-tiny", dict(attn_impl="cuda"), "attn_impl: unknown value 'cuda'; expected one of"),
-    ("gla-tiny", dict(chunk_size=0), "chunk_size: expected an integer >= 1, got 0"),
+    ("gla-tiny", {"kernel.impl": "cuda"}, "kernel.impl: unknown value 'cuda'; expected one of"),
+    ("gla-tiny", {"kernel.decode_impl": "fused"}, "kernel.decode_impl: unknown value 'fused'; expected one of"),
+    ("gla-tiny", {"kernel.chunk_size": 0}, "kernel.chunk_size: expected an integer >= 1, got 0"),
+    ("gla-tiny", {"kernel.imp": "pallas"}, "kernel.imp: unknown key (did you mean 'impl'?)"),
     ("gla-tiny", dict(use_short_conv="yes"), "use_short_conv: expected bool, got str 'yes'"),
-    ("transformer-tiny", dict(attn_impl="chunk"), "attn_impl: expected Optional[Literal['xla', 'cudnn']], got str"),
+    ("transformer-tiny", dict(sdpa_impl="chunk"), "sdpa_impl: expected Optional[Literal['xla', 'cudnn']], got str"),
+    ("transformer-tiny", {"kernel.impl": "pallas"},
+     "kernel.impl: the Transformer has no linear-attention reads (its attention backend is sdpa_impl)"),
+    ("transformer-tiny", {"kernel.chunk_size": 16}, "kernel.chunk_size: the Transformer has no linear-attention"),
     ("ccq-gla-tiny", {"ccq.mode": "sometimes"},
      "ccq.mode: expected Literal['learned', 'fixed', 'off'], got str 'sometimes'"),
     ("ccq-gla-tiny", {"ccq.fixed_lambda": 1.5}, "ccq.fixed_lambda: expected a value in [0.0, 1.0], got 1.5"),
@@ -52,17 +58,28 @@ BAD = [
     ("ccq-gla-tiny", {"ccq.lambda_max": 4.0}, "ccq.lambda_max: above 1 only with ccq.read='cg'"),
     ("ccq-gla-tiny", {"ccq.read": "cg", "ccq.lambda_max": 0.0}, "ccq.lambda_max: expected a value in (0.0"),
     ("ccq-gla-tiny", {"ccq.read": "cg", "ccq.iterations": 0}, "ccq.iterations: expected"),
-    ("ccq-gla-tiny", {"ccq.read": "cg", "attn_impl": "pallas"},
-     "attn_impl: ccq.read='cg' runs on the XLA forms ['recurrent', 'chunk', 'scan']; the kernels compute"),
-    ("ccq-gdn-tiny", {"ccq.read": "neumann", "decode_impl": "pallas_triton"}, "decode_impl: ccq.read='neumann'"),
+    ("ccq-gla-tiny", {"ccq.read": "cg", "kernel.impl": "pallas"},
+     "kernel.impl: ccq.read='cg' runs on the XLA forms ['recurrent', 'chunk', 'scan']; the kernels compute"),
+    ("ccq-gdn-tiny", {"ccq.read": "neumann", "kernel.decode_impl": "pallas_triton"},
+     "kernel.decode_impl: ccq.read='neumann'"),
     ("gla-tiny", {"ccq.mode": "off"}, "ccq: is not a nested config, cannot set 'ccq.mode'"),
     ("gla-tiny", dict(ccq=0.1), "ccq: expected ccq_jax.layers.ccq.CCQConfig | None, got float 0.1"),
     ("gla-tiny", dict(hiden_size=64), "hiden_size: unknown key (did you mean 'hidden_size'?)"),
     ("transformer-tiny", dict(ccq=None), "ccq: unknown key"),
-    ("gla-tiny", dict(head_impl="cublas"), "head_impl: expected Literal['xla', 'pallas'], got str 'cublas'"),
-    ("transformer-tiny", dict(head_impl="pallas", vocab_size=250),
-     "head_impl: 'pallas' needs vocab_size and hidden_size multiples of 16, got 250 and 64"),
-    ("transformer-tiny", dict(interpret=True), "interpret: head_impl='xla' run no kernels"),
+    ("gla-tiny", {"kernel.head_impl": "cublas"},
+     "kernel.head_impl: expected Literal['xla', 'pallas'], got str 'cublas'"),
+    ("transformer-tiny", {"kernel.head_impl": "pallas", "vocab_size": 250},
+     "kernel.head_impl: 'pallas' needs vocab_size and hidden_size multiples of 16, got 250 and 64"),
+    ("transformer-tiny", {"kernel.interpret": True},
+     "kernel.interpret: kernel.impl='chunk', kernel.decode_impl='recurrent', kernel.head_impl='xla' run no kernels"),
+    ("gla-tiny", dict(kernel=0.1), "kernel: expected KernelPolicy, got float 0.1"),
+    # the flat kernel keys of before the kernel policy, as overrides: refused, naming the key now
+    ("gla-tiny", dict(attn_impl="pallas"), "attn_impl: renamed to kernel.impl (e.g. kernel.impl='pallas')"),
+    ("ccq-gdn-tiny", dict(decode_impl="pallas"), "decode_impl: renamed to kernel.decode_impl"),
+    ("gla-tiny", dict(chunk_size=16), "chunk_size: renamed to kernel.chunk_size"),
+    ("transformer-tiny", dict(head_impl="pallas"), "head_impl: renamed to kernel.head_impl"),
+    ("gdn-tiny", dict(interpret=False), "interpret: renamed to kernel.interpret"),
+    ("transformer-tiny", dict(attn_impl="cudnn"), "attn_impl: renamed to sdpa_impl (e.g. sdpa_impl='cudnn')"),
     ("gla-tni", {}, "name: unknown value 'gla-tni'; expected one of ('transformer-tiny',"),
 ]
 
@@ -100,6 +117,35 @@ def test_dict_round_trip(name):
     expected = r"family: unknown value 'rnn'; expected one of \('transformer', 'gla', 'gdn'\)"
     with pytest.raises(ValueError, match=expected):
         config_from_dict({**cfg.to_dict(), "family": "rnn"})
+
+
+# (preset, the flat kernel fields of a config saved before the kernel policy, the same config's fields now)
+OLD_FORMAT = [
+    ("gla-tiny", dict(attn_impl="pallas", decode_impl="pallas", chunk_size=16, head_impl="pallas", interpret=False),
+     dict(kernel=KernelPolicy(impl="pallas", decode_impl="pallas", chunk_size=16, head_impl="pallas",
+                              interpret=False))),
+    ("ccq-gdn-tiny", dict(attn_impl="chunk", decode_impl="recurrent", chunk_size=None, head_impl="xla",
+                          interpret=None), {}),
+    ("transformer-tiny", dict(attn_impl="cudnn", head_impl="pallas", interpret=True),
+     {"sdpa_impl": "cudnn", "kernel.head_impl": "pallas", "kernel.interpret": True}),
+]
+
+
+@pytest.mark.parametrize("name,old,now", OLD_FORMAT)
+def test_a_config_saved_before_the_kernel_policy_loads_to_the_same_config(name, old, now):
+    cfg = get_config(name, **now)
+    saved = {**{k: v for k, v in cfg.to_dict().items() if k != "kernel"}, **old}
+    assert config_from_dict(saved) == cfg
+    assert get_config(name, **saved_overrides(cfg.family, old)) == cfg  # a run's stored model_overrides
+
+
+def test_kernel_overrides_reach_into_the_policy():
+    cfg = get_config("gla-tiny", **{"kernel.impl": "pallas", "kernel.chunk_size": 32})
+    assert cfg.kernel == KernelPolicy(impl="pallas", chunk_size=32)
+    assert get_config("gla-tiny", kernel={"decode_impl": "pallas"}).kernel == KernelPolicy(decode_impl="pallas")
+    assert config_from_dict(cfg.to_dict()) == cfg and cfg.to_dict()["kernel"]["impl"] == "pallas"
+    with pytest.raises(ValueError, match="kernel.impl: unknown value 'cuda'"):
+        KernelPolicy(impl="cuda")
 
 
 def test_cli_prints_parameter_counts(capsys):

@@ -42,7 +42,7 @@ def run(tmp_path_factory):
 
 
 def test_save_then_from_pretrained_is_exact(tmp_path):
-    model = random_model("ccq-gla-tiny", param_dtype="bfloat16", chunk_size=16)
+    model = random_model("ccq-gla-tiny", param_dtype="bfloat16", **{"kernel.chunk_size": 16})
     model.save_pretrained(tmp_path / "saved", tokenizer=ByteTokenizer())
     assert sorted(p.name for p in (tmp_path / "saved").iterdir()) == [
         "config.json", "generation_config.json", "model.safetensors", "tokenizer_config.json"]
@@ -52,7 +52,16 @@ def test_save_then_from_pretrained_is_exact(tmp_path):
     ids = token_ids((2, 24))
     np.testing.assert_array_equal(_logits(back, ids), _logits(model, ids))
     assert isinstance(load_tokenizer(str(tmp_path / "saved")), ByteTokenizer)
-    assert CausalLM.from_pretrained(tmp_path / "saved", attn_impl="recurrent").config.attn_impl == "recurrent"
+    recurrent = CausalLM.from_pretrained(tmp_path / "saved", **{"kernel.impl": "recurrent"})
+    assert recurrent.config.kernel.impl == "recurrent"
+    with pytest.raises(ValueError, match="attn_impl: renamed to kernel.impl"):
+        CausalLM.from_pretrained(tmp_path / "saved", attn_impl="recurrent")
+    # a config.json of before the kernel policy (flat attn_impl, chunk_size, ...) reads as the same config
+    config_file = tmp_path / "saved" / "config.json"
+    saved = json.loads(config_file.read_text())
+    flat = {f"{'attn_' if k == 'impl' else ''}{k}": v for k, v in saved.pop("kernel").items()}
+    config_file.write_text(json.dumps({**saved, **flat}))
+    assert CausalLM.from_pretrained(tmp_path / "saved").config == model.config
     # a native folder of before 2026-12-06 (`ccq-convert from-fla` named its weights params.safetensors) still loads
     (tmp_path / "saved" / "model.safetensors").rename(tmp_path / "saved" / "params.safetensors")
     assert_same_params(CausalLM.from_pretrained(tmp_path / "saved"), model)

@@ -43,7 +43,7 @@ def model(name, impl):
     """The tiny model of tests.builders.MODEL_CASES' kind, its linear layers with short convolutions."""
     overrides = dict(initializer_range=0.1)
     if name != "transformer":
-        overrides.update(attn_impl=impl, chunk_size=16 if impl == "pallas" else 4, use_short_conv=True)
+        overrides.update({"kernel.impl": impl, "kernel.chunk_size": 16 if impl == "pallas" else 4, "use_short_conv": True})
     if name == "ccq-gla":
         overrides.update(num_kv_heads=2)
     return build(f"{name}-tiny", overrides)

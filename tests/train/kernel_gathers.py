@@ -21,7 +21,7 @@ RANK4_ALL_GATHER = re.compile(r"= (\w+\[\d+,\d+,\d+,\d+\])\S* all-gather\(")
 
 
 def main():
-    cfg = tiny_config(model_overrides={"num_hidden_layers": 1, "hidden_size": 32, "attn_impl": "pallas"},
+    cfg = tiny_config(model_overrides={"num_hidden_layers": 1, "hidden_size": 32, "kernel.impl": "pallas"},
                       mesh={"data": 2, "fsdp": 2, "tensor": 2}, steps_per_call=1)
     mesh = make_mesh(cfg.mesh)
     pipeline = build_pipeline(cfg.data)

@@ -6,8 +6,9 @@ import json
 
 import pytest
 
+from ccq_jax.layers.kernel_policy import TPU_KERNELS
 from ccq_jax.models import get_config
-from train.aot import TPU_KERNELS, failure, for_tpu, main, table, topology_devices
+from train.aot import failure, for_tpu, main, table, topology_devices
 
 
 def test_smoke_config_compiles_on_this_machine_and_writes_its_row(tmp_path, capsys):
@@ -28,20 +29,23 @@ def test_a_run_that_does_not_compile_is_a_row_with_its_error():
 
 @pytest.mark.parametrize("impl", ["pallas", TPU_KERNELS])
 def test_for_tpu_compiles_the_mosaic_kernels(impl):
-    cfg = for_tpu(get_config("ccq-gdn-tiny", attn_impl=impl))
-    assert cfg.attn_impl == TPU_KERNELS and cfg.interpret is False
+    cfg = for_tpu(get_config("ccq-gdn-tiny", **{"kernel.impl": impl}))
+    assert cfg.kernel.impl == TPU_KERNELS and cfg.kernel.interpret is False
 
 
 def test_for_tpu_keeps_references_and_refuses_gpu_kernels():
-    assert for_tpu(get_config("gla-tiny", attn_impl="chunk")).attn_impl == "chunk"
-    with pytest.raises(ValueError, match="model.attn_impl: 'pallas_triton' has no TPU kernels"):
-        for_tpu(get_config("gla-tiny", attn_impl="pallas_triton"))
+    assert for_tpu(get_config("gla-tiny")).kernel.impl == "chunk"
+    assert for_tpu(get_config("transformer-tiny")) == get_config("transformer-tiny")
+    with pytest.raises(ValueError, match="model.kernel.impl: 'pallas_triton' has no TPU kernels"):
+        for_tpu(get_config("gla-tiny", **{"kernel.impl": "pallas_triton"}))
 
 
 def test_interpret_is_refused_where_no_impl_runs_kernels():
-    with pytest.raises(ValueError, match="interpret: attn_impl='chunk', decode_impl='recurrent', head_impl='xla' run no kernels"):
-        get_config("gla-tiny", attn_impl="chunk", interpret=False)
-    assert get_config("gla-tiny", attn_impl="chunk", decode_impl="pallas", interpret=False).interpret is False
+    with pytest.raises(ValueError, match="kernel.interpret: kernel.impl='chunk', kernel.decode_impl='recurrent', "
+                                         "kernel.head_impl='xla' run no kernels"):
+        get_config("gla-tiny", **{"kernel.impl": "chunk", "kernel.interpret": False})
+    policy = get_config("gla-tiny", **{"kernel.decode_impl": "pallas", "kernel.interpret": False}).kernel
+    assert policy.impl == "chunk" and policy.interpret is False
 
 
 def test_an_unknown_topology_says_what_a_topology_looks_like():

@@ -17,11 +17,11 @@ KERNEL_CALLS = {"gla-tiny": 3, "ccq-gdn-tiny": 6}  # per layer: forward, states,
 def test_a_sharded_train_call_compiles_for_a_tpu_topology(model):
     pytest.importorskip("libtpu")
     devices = topology_devices("v5e:2x2")
-    (run,) = load_config("smoke", {"model": model, "model.attn_impl": "pallas", "mesh.data": 1,
+    (run,) = load_config("smoke", {"model": model, "model.kernel.impl": "pallas", "mesh.data": 1,
                                    "mesh.fsdp": -1, "data.batch_size": 8, "steps_per_call": 2})
     row = compile_run(run, devices, tpu=True)
     assert row["compiled"], row.get("error")
-    assert row["mesh"] == {"data": 1, "fsdp": 4, "context": 1, "tensor": 1} and row["attn_impl"] == "pallas_mosaic_tpu"
+    assert row["mesh"] == {"data": 1, "fsdp": 4, "context": 1, "tensor": 1} and row["kernel_impl"] == "pallas_mosaic_tpu"
     assert row["kernel_calls"] == KERNEL_CALLS[model] * get_config(model).num_hidden_layers
     assert row["hbm_gib"] == TPU_HBM_GIB["TPU v5 lite"] and row["fits"] and 0 < row["total_gib"] < 1
 
@@ -31,7 +31,7 @@ def test_a_context_split_train_call_compiles_for_a_tpu_topology(model):
     """mesh.context = 4: each chip holds a quarter of every sequence (`ccq_jax.ops.context_parallel`); the summaries
     run the backbone's three kernel calls once more per layer, beside the collective permutes."""
     pytest.importorskip("libtpu")
-    (run,) = load_config("smoke", {"model": model, "model.attn_impl": "pallas", "mesh.data": 1, "mesh.context": 4,
+    (run,) = load_config("smoke", {"model": model, "model.kernel.impl": "pallas", "mesh.data": 1, "mesh.context": 4,
                                    "data.batch_size": 8, "steps_per_call": 2})
     row = compile_run(run, topology_devices("v5e:2x2"), tpu=True)
     assert row["compiled"], row.get("error")

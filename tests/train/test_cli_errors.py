@@ -63,3 +63,18 @@ def test_on_nan_stop_ends_as_one_error_line_naming_the_step(tiny_yaml, tmp_path,
     message = _error(["--config", str(tiny_yaml), "--workdir", str(tmp_path / "run"), "--set", "optim.lr=1e30",
                       "--set", "optim.warmup_steps=0", "--set", "optim.grad_clip=0.0", "--set", "on_nan=stop"], capsys)
     assert "loss or gradient norm is not finite" in message and "step " in message
+
+
+def test_kernel_overrides_are_dotted_model_keys_and_the_old_flat_ones_name_their_new_key(tmp_path, capsys):
+    path = tmp_path / "run.yaml"
+    path.write_text("model: gla-tiny\nmodel_overrides: {kernel.impl: pallas, kernel.chunk_size: 16}\n")
+    (run,) = load_config(str(path), {"model_overrides.kernel.decode_impl": "pallas", "model.kernel.chunk_size": 32})
+    assert run.model_overrides == {"kernel.impl": "pallas", "kernel.chunk_size": 32, "kernel.decode_impl": "pallas"}
+    path.write_text("model: gla-tiny\nmodel_overrides: {attn_impl: pallas}\n")
+    with pytest.raises(ValueError, match=r"model\.attn_impl: renamed to kernel\.impl"):
+        load_config(str(path))
+    assert "model.chunk_size: renamed to kernel.chunk_size" in _error(
+        ["--config", "smoke", "--set", "model.chunk_size=8"], capsys)
+    path.write_text("model: transformer-tiny\n")
+    assert "model.attn_impl: renamed to sdpa_impl" in _error(
+        ["--config", str(path), "--set", "model_overrides.attn_impl=cudnn"], capsys)

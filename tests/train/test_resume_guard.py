@@ -19,6 +19,14 @@ def test_conflicts_name_each_setting_that_changes_what_is_computed():
                                               "optim.lr: 0.003 -> 0.001", "seed: 0 -> 1", "steps: 8 -> 9"]
 
 
+def test_a_run_saved_with_the_flat_kernel_keys_resumes_under_the_kernel_policy():
+    current = tiny_config(model_overrides={"kernel.impl": "chunk", "kernel.chunk_size": 16}).to_dict()
+    saved = {**current, "model_overrides": {"attn_impl": "chunk", "chunk_size": 16}}  # written before the policy
+    assert resume_conflicts(saved, current) == []
+    saved["model_overrides"]["chunk_size"] = 32
+    assert resume_conflicts(saved, current) == ["model_overrides.kernel.chunk_size: 32 -> 16"]
+
+
 def test_a_workdir_with_another_runs_checkpoint_is_refused_before_training(tmp_path):
     first = tiny_config(steps=2, checkpoint_every=0, eval_batches=0)
     train(first, tmp_path, progress=False)

@@ -47,7 +47,7 @@ def _losses(workdir):
     return {row["step"]: row["loss"] for row in read_metrics(workdir / "metrics.jsonl")}
 
 
-PALLAS = {"model_overrides": {"num_hidden_layers": 1, "hidden_size": 32, "attn_impl": "pallas"}}
+PALLAS = {"model_overrides": {"num_hidden_layers": 1, "hidden_size": 32, "kernel.impl": "pallas"}}
 SHARDED = {"mesh": {"data": 2, "fsdp": 2, "tensor": 2}, "grad_accum": 2, "loss_chunk_len": 8}
 CONTEXT = {"mesh": {"data": 2, "context": 4}, "model_overrides": {"num_hidden_layers": 1, "hidden_size": 32,
                                                                   "use_short_conv": True}}
