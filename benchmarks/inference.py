@@ -30,7 +30,7 @@ kernels):
   its first kernel or after its last; busy time far below the span means gaps between kernels. Decode busy time
   near `floor_ms` with a decode time far above it means the step is bound by launches, not by memory: fewer
   kernels per token is then the way down (the loop body is already one CUDA graph by default:
-  `benchmarks/decode_thunks.py`);
+  `benchmarks/probes/decode_thunks.py`);
 - with `--count-ops` (any backend), `decode step ops` B: the operations one compiled decode step's entry
   computation launches, by opcode, and the bytes they touch (`benchmarks/inference_kernels.py`, which also compiles
   for an H200 on a machine without one).
