@@ -157,9 +157,8 @@ def _kernel_times(family, B, T, timed, shape=None, config=None):
     import jax
     import jax.numpy as jnp
 
-    from ccq_jax.ops.pallas_layout import chunk_cumsum, layout
-    from ccq_jax.ops.src.gated_delta_rule import kernel_twins
-    from ccq_jax.ops.src.gated_delta_rule.factors import head_factors
+    from benchmarks.tools import kernel_twins
+    from ccq_jax.ops.internals import chunk_cumsum, head_factors, layout
     from pallas_kernels import ccq_read, delta_rule, delta_wy, mosaic_delta_states
     from pallas_kernels import linear_attention as la
     from pallas_kernels import linear_attention_grad as la_grad

@@ -19,8 +19,7 @@ from flax import nnx
 from jax.sharding import NamedSharding, PartitionSpec
 
 from ccq_jax import configlib
-from ccq_jax.ops.context_parallel import CONTEXT_AXIS
-from ccq_jax.ops.per_device import BATCH_AXES, HEAD_AXES
+from ccq_jax.ops.sharding import BATCH_AXES, CONTEXT_AXIS, HEAD_AXES
 
 MESH_AXES = ("data", "fsdp", CONTEXT_AXIS, "tensor")
 SEQUENCE_KEYS = ("input_ids", "targets", "segment_ids", "positions", "loss_mask")  # a batch's [B, T] arrays

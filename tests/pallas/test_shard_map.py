@@ -1,5 +1,5 @@
 """The kernels (interpreted, 4 CPU devices) inside `jax.shard_map` and on a set mesh, where each op wraps its kernel
-call in a shard_map of its own (`ccq_jax.ops.per_device`): the same outputs and gradients as unsharded
+call in a shard_map of its own (`ccq_jax.ops.sharding.local`): the same outputs and gradients as unsharded
 (tests/ops/shard_map_check.py; tests/pallas/test_gpu.py runs it compiled on a GPU)."""
 
 from tests.builders import shard_map_check
