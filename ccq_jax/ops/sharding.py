@@ -9,10 +9,9 @@ the inputs that arrive sharded otherwise are moved. Axes that are already manual
 size 1, or that do not divide the dimension split nothing; the shard_map is still manual over every mesh axis
 (Mosaic TPU kernels refuse to be partitioned over any auto axis), so an axis that splits nothing sees the same
 blocks on each of its devices. The reference forms need none of this: XLA partitions them. The wrapper runs with
-`check_vma=False`: a `pallas_call`'s outputs carry no varying-axes type (compiled, its `out_shape`s would each need
-a `manual_axis_type`; interpreted, its dynamic slices are bound without varying-axis casts), while the in/out
-specs already say how every block varies: split over the batch and head axes, the same on the devices of any other
-axis.
+`check_vma=False`: JAX's Triton interpreter binds the kernels' dynamic slices without varying-axis casts (compiled,
+every backend passes the checks: tests/pallas/test_shard_map.py), while the in/out specs already say how every
+block varies: split over the batch and head axes, the same on the devices of any other axis.
 
 The layouts the ops share: positional inputs and the first output are per token, `[B, T, H, ...]`; states and
 statistics are `[B, H, ...]`; the document index is `[B, T]`.

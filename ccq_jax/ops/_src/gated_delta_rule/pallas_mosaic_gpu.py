@@ -12,20 +12,25 @@ from pallas_kernels import mosaic_delta_states as mosaic
 
 from ..dispatch import compiles_for_gpu
 from ..pallas.layout import width
+from ..xla.numerics import vary_like
 from .pallas_triton import StatePasses, with_passes
 
 
+# Mosaic GPU kernels' outputs carry no varying-axes type: each pass's are cast to vary like its inputs inside
+# `jax.shard_map` (as `tiles.launch` marks the Triton kernels'), so that the custom VJP's types match
+
+
 def _forward_pass(w, u, k, write, decay, h0, chunk, store, run):
-    return mosaic.state_pass(w, u, k, write, decay, h0, chunk=chunk, store=store)
+    return vary_like(mosaic.state_pass(w, u, k, write, decay, h0, chunk=chunk, store=store), w, u, k, h0)
 
 
 def _recompute_pass(v_new, k, write, decay, h0, chunk, store, run):
-    return mosaic.state_pass(None, v_new, k, write, decay, h0, chunk=chunk, store=store)[0]
+    return vary_like(mosaic.state_pass(None, v_new, k, write, decay, h0, chunk=chunk, store=store)[0], v_new, k, h0)
 
 
 def _gradient_pass(q, k, w, do, dv_local, read, write, decay, dfinal, chunk, scale, store, run):
-    return mosaic.state_gradient_pass(q, k, w, do, dv_local, read, write, decay, dfinal, chunk=chunk, scale=scale,
-                                      store=store)
+    return vary_like(mosaic.state_gradient_pass(q, k, w, do, dv_local, read, write, decay, dfinal, chunk=chunk,
+                                                scale=scale, store=store), q, k, w, do, dfinal)
 
 
 MOSAIC_GPU_PASSES = StatePasses(_forward_pass, _recompute_pass, _gradient_pass)

@@ -130,7 +130,8 @@ def chunked(q, k, v, g, *, scale, initial_state, docs, interpret, config, chunk_
     dtype = jnp.result_type(q, k, v)
     heads_first = lambda x, width: jnp.moveaxis(pad(x, tp, width), 2, 1)
     qh, kh, vh = (heads_first(x.astype(dtype), w) for x, w in ((q, kp), (k, kp), (v, vp)))
-    h0 = vary_like(pad_state(initial_state, kp, vp), [qh, kh, vh])
-    o, final = linear_attention(qh, kh, vh, heads_first(g.astype(f32), kp), h0, masks(docs, chunk), scale, chunk,
-                                interpret)
+    # the state and the gates (zeros for the CCQ covariance) vary like q, k, v inside shard_map: the custom VJP's
+    # cotangents must match its inputs
+    h0, gh = vary_like((pad_state(initial_state, kp, vp), heads_first(g.astype(f32), kp)), [qh, kh, vh])
+    o, final = linear_attention(qh, kh, vh, gh, h0, masks(docs, chunk), scale, chunk, interpret)
     return jnp.moveaxis(o, 1, 2)[:, :t, :, :dv], final[:, :, :dk, :dv]

@@ -19,7 +19,7 @@ import jax.numpy as jnp
 
 from pallas_kernels.recurrent_step import GateLayout, ccq_read_step, state_step
 
-from ..xla.numerics import L2_NORM_EPS
+from ..xla.numerics import L2_NORM_EPS, vary_like
 from ..xla.types import CCQStats, ReadPolicy
 from .layout import pad_state, width
 
@@ -100,6 +100,8 @@ def _step(q, k, v=None, g=None, beta=None, lam=None, h0=None, stats=None, *, rec
     reference = functools.partial(_reference, recurrent=recurrent, **static)
     fn = jax.custom_vjp(kernels)
     fn.defvjp(lambda *a: (kernels(*a), a), lambda a, cts: jax.vjp(reference, *a)[1](cts))
+    # the states vary like the token inside shard_map (the custom VJP's cotangents must match its inputs)
+    h0, stats = vary_like((h0, stats), (q, k, v, g, beta, lam))
     return fn(q, k, v, g, beta, lam, h0, stats)
 
 
