@@ -57,7 +57,7 @@ from benchmarks.timing import best_seconds, best_times
 from ccq_jax.inference import cache_nbytes, decode, decode_rows, generate, init_cache, prefill, split_model
 from ccq_jax.models import CausalLM, count_params, get_config, with_config
 from ccq_jax.ops import IMPLS
-from ccq_jax.ops.lm_head import HEAD_IMPLS
+from ccq_jax.ops.internals import HEAD_IMPLS
 
 
 def _prompt(batch: int, length: int, vocab: int, seed: int = 0):
@@ -186,7 +186,7 @@ def main(argv=None) -> int:
     p.add_argument("--decode-impls", default="recurrent,pallas", type=lambda s: s.split(","),
                    help="the linear presets' one-token steps to time decoding with (`ccq_jax.ops` impls)")
     p.add_argument("--head-impls", default="xla,pallas", type=lambda s: s.split(","),
-                   help="the decode step's LM head to time decoding with (`ccq_jax.ops.lm_head`)")
+                   help="the decode step's LM head to time decoding with (`ccq_jax.ops.internals.head_logits`)")
     p.add_argument("--prefill", type=shapes, default=shapes("1:2048,16:2048,1:16384"))
     p.add_argument("--decode", type=shapes, default=shapes("1:2048,16:2048"))
     p.add_argument("--generate", type=shapes, default=shapes("1:512,16:2048,64:512,16:8192"))

@@ -133,7 +133,7 @@ def measure(preset: str, dtype: str, prefills, batches, target: str, attn_impl: 
             decode_impls=("recurrent",), head_impls=("xla",)) -> list[dict]:
     """Records of `preset`'s prefills (B, P) and decode steps (see the module docstring), the steps of a linear
     preset for each of `decode_impls` (B rows as before only for the first), and with the first of them (a
-    transformer: its one decode path) for each further LM head of `head_impls` (`ccq_jax.ops.lm_head`)."""
+    transformer: its one decode path) for each further LM head of `head_impls` (`ccq_jax.ops.internals.head_logits`)."""
     device = target_device(target)
     platform = jax.default_backend() if device is None else device.platform
     transformer = preset.startswith("transformer")
@@ -202,8 +202,8 @@ def main(argv=None) -> int:
     p.add_argument("--decode-impls", default="recurrent,pallas", type=lambda s: s.split(","),
                    help="the linear presets' one-token steps (`ccq_jax.ops` impls)")
     p.add_argument("--head-impls", default="xla", type=lambda s: s.split(","),
-                   help="the decode step's LM head (`ccq_jax.ops.lm_head`): each after the first with the first "
-                        "decode impl")
+                   help="the decode step's LM head (`ccq_jax.ops.internals.head_logits`): each after the first "
+                        "with the first decode impl")
     p.add_argument("--target", default="h200", choices=["local", *sorted(TARGETS)])
     p.add_argument("--hbm-tb-s", type=float, default=4.8, help="memory bandwidth for the ms column (H200: 4.8)")
     p.add_argument("--out", help="JSON lines, appended")

@@ -15,7 +15,7 @@ Checked against the H200: a `delta_dstates` variant that the GPU refused for ask
 of shared memory comes out here at 271,364; another (k's decay on the `[C, BV]` side, eighth
 session) comes out at 205,824 but asked the H200 for 246,788 (238,596 at the GPU tests' T = 1000):
 the estimate can be a fifth low, so a kernel this close to the limit may still be refused there.
-In CI, tests/pallas/test_lowering.py counts the kernels `ccq_jax.ops.lowering` captures (Triton and Mosaic
+In CI, tests/pallas/test_lowering.py counts the kernels `benchmarks.tools.lowering` captures (Triton and Mosaic
 GPU) and tests/benchmarks/test_kernel_resources.py runs the bf16 check (the fp32 kernels' IEEE dots take this compiler
 many minutes).
 """
@@ -27,7 +27,7 @@ import subprocess
 import sys
 import tempfile
 
-from ccq_jax.ops.lowering import lowered_kernels
+from benchmarks.tools.lowering import lowered_kernels
 
 SHARED_LIMIT = 232448  # bytes per block on an H100/H200 (the limit XLA reports when a kernel exceeds it)
 

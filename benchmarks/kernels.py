@@ -32,9 +32,8 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 import ccq_jax.ops as ops  # noqa: E402
-from ccq_jax.ops.pallas_layout import chunk_cumsum, layout  # noqa: E402
-from ccq_jax.ops.src.gated_delta_rule import kernel_twins  # noqa: E402
-from ccq_jax.ops.src.gated_delta_rule.factors import head_factors  # noqa: E402
+from benchmarks.tools import kernel_twins  # noqa: E402
+from ccq_jax.ops.internals import chunk_cumsum, head_factors, layout  # noqa: E402
 from pallas_kernels import ccq_read, delta_rule, delta_wy, mosaic_delta_states  # noqa: E402
 from pallas_kernels import linear_attention as la  # noqa: E402
 from pallas_kernels import linear_attention_grad as la_grad  # noqa: E402

@@ -8,7 +8,7 @@ decode step's other products at two rows: q/k/v/gate [2048, 6144], the MLP's gat
 distinct bf16 weights (more bytes than the GPU's L2 cache, so each product reads its weight from HBM) and feeding
 a scalar of each product into the next one's rows (so XLA neither merges nor reorders them); the time per product
 is the best of `--repeats` runs after a compiling one. `impl=xla` is `jnp.dot`; `pallas` is
-`ccq_jax.ops.lm_head.head_logits(impl="pallas")` (the row padding and the K splits' sum included) at its default
+`ccq_jax.ops.internals.head_logits(impl="pallas")` (the row padding and the K splits' sum included) at its default
 tiling and, for the shapes of `--sweep` rows (default 2) of the LM head, at each column width of `--widths` and
 warps of `--warps`. `gb_s` is the weight's bytes over the time; a tiling that fails to compile or run gets a
 record with its `error` instead.
@@ -22,7 +22,7 @@ import jax.numpy as jnp
 
 from benchmarks import records
 from benchmarks.timing import best_seconds
-from ccq_jax.ops.lm_head import head_logits
+from ccq_jax.ops.internals import head_logits
 from pallas_kernels.tiles import KernelConfig
 
 DEFAULT_SHAPES = ("1:2048:32000,2:2048:32000,16:2048:32000,64:2048:32000,"

@@ -27,7 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ccq_jax.compilation import CompileCounter
+from benchmarks.tools.compilation import CompileCounter
 from ccq_jax.models import count_params, get_config
 from train.config import TrainConfig
 from train.optim import OptimConfig

@@ -1,6 +1,6 @@
 """The gated delta rule's state pass on Mosaic TPU: forward and backward, one kernel each.
 
-The chunkwise form (`ccq_jax.ops.src.gated_delta_rule.reference.chunk_factors`) leaves one
+The chunkwise form (`ccq_jax.ops._src.gated_delta_rule.reference.chunk_factors`) leaves one
 sequential part: with the chunk factors w, u_v, k_to_end, q_from_start, scores and decay d,
 
     u_n = u_v,n - w_n S_n,   o_n = scale (q_from_start,n S_n + scores_n u_n),
@@ -24,6 +24,7 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
+from pallas_kernels.tiles import varying_outputs
 from pallas_kernels.tpu import cost_estimate, dot, interpret_params, sequential_params
 
 f32 = jnp.float32
@@ -98,6 +99,7 @@ def forward(w, u_v, k_to_end, q_from_start, scores, decay, h0, *, scale, dtype, 
     b, h, n, chunk, kp = w.shape
     vp = u_v.shape[-1]
     s = _specs(chunk, kp, vp, n, reverse=False)
+    args = (w, u_v, k_to_end, q_from_start, scores, decay, h0)
     out_shape = [jax.ShapeDtypeStruct(u_v.shape, f32), jax.ShapeDtypeStruct((b, h, kp, vp), f32)]
     out_specs = [s["values"], s["state"]]
     if emit_states:
@@ -107,11 +109,10 @@ def forward(w, u_v, k_to_end, q_from_start, scores, decay, h0, *, scale, dtype, 
         functools.partial(_forward_kernel, scale=scale, dtype=dtype, emit_states=emit_states),
         grid=(b, h, n),
         in_specs=[s["keys"], s["values"], s["keys"], s["keys"], s["scores"], s["decay"], s["state"]],
-        out_specs=out_specs, out_shape=out_shape, scratch_shapes=[pltpu.VMEM((kp, vp), f32)],
+        out_specs=out_specs, out_shape=varying_outputs(out_shape, args), scratch_shapes=[pltpu.VMEM((kp, vp), f32)],
         compiler_params=sequential_params(), interpret=interpret_params(interpret), name="delta_tpu_forward",
-        cost_estimate=cost_estimate((w, u_v, k_to_end, q_from_start, scores, decay, h0), out_shape, b * h * n,
-                                    forward_flops(chunk, kp, vp)),
-    )(w, u_v, k_to_end, q_from_start, scores, decay, h0)
+        cost_estimate=cost_estimate(args, out_shape, b * h * n, forward_flops(chunk, kp, vp)),
+    )(*args)
 
 
 @functools.partial(jax.jit, static_argnames=("scale", "dtype", "interpret"))
@@ -130,7 +131,7 @@ def backward(w, u_v, k_to_end, q_from_start, scores, decay, states, do, dfinal, 
         in_specs=[s["keys"], s["values"], s["keys"], s["keys"], s["scores"], s["decay"], s["chunk_state"],
                   s["values"], s["state"]],
         out_specs=[s["keys"], s["values"], s["keys"], s["keys"], s["scores"], s["decay"], s["state"]],
-        out_shape=out_shape, scratch_shapes=[pltpu.VMEM((kp, vp), f32)],
+        out_shape=varying_outputs(out_shape, args), scratch_shapes=[pltpu.VMEM((kp, vp), f32)],
         compiler_params=sequential_params(), interpret=interpret_params(interpret), name="delta_tpu_backward",
         cost_estimate=cost_estimate(args, out_shape, b * h * n, backward_flops(chunk, kp, vp)),
     )(*args)

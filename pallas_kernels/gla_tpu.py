@@ -31,6 +31,7 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
+from pallas_kernels.tiles import varying_outputs
 from pallas_kernels.tpu import cost_estimate, dot, interpret_params, sequential_params
 
 f32 = jnp.float32
@@ -214,6 +215,7 @@ def forward(q, k, v, G, last, h0, reads, writes, keep, ddc, ddr, *, scale, chunk
     b, h, tp, kp = q.shape
     vp, n = v.shape[-1], tp // chunk
     s = _specs(chunk, kp, vp, n, reverse=False)
+    args = (q, k, v, G, last, h0, reads, writes, keep, ddc, ddr)
     out_shape = [jax.ShapeDtypeStruct((b, h, tp, vp), v.dtype), jax.ShapeDtypeStruct((b, h, kp, vp), f32)]
     out_specs = [s["tokens"](vp), s["state"]]
     if emit_states:
@@ -224,12 +226,11 @@ def forward(q, k, v, G, last, h0, reads, writes, keep, ddc, ddr, *, scale, chunk
         grid=(b, h, n),
         in_specs=[s["tokens"](kp), s["tokens"](kp), s["tokens"](vp), s["tokens"](kp), s["last"], s["state"],
                   s["column"], s["column"], s["keep"], s["column"], s["row"]],
-        out_specs=out_specs, out_shape=out_shape,
+        out_specs=out_specs, out_shape=varying_outputs(out_shape, args),
         scratch_shapes=[pltpu.VMEM((kp, vp), f32)],
         compiler_params=sequential_params(), interpret=interpret_params(interpret), name="gla_tpu_forward",
-        cost_estimate=cost_estimate((q, k, v, G, last, h0, reads, writes, keep, ddc, ddr), out_shape, b * h * n,
-                                    *forward_cost(chunk, kp, vp)),
-    )(q, k, v, G, last, h0, reads, writes, keep, ddc, ddr)
+        cost_estimate=cost_estimate(args, out_shape, b * h * n, *forward_cost(chunk, kp, vp)),
+    )(*args)
 
 
 @functools.partial(jax.jit, static_argnames=("scale", "chunk", "interpret"))
@@ -248,7 +249,7 @@ def backward(q, k, v, G, last, states, do, dfinal, reads, writes, keep, ddc, ddr
         in_specs=[s["tokens"](kp), s["tokens"](kp), s["tokens"](vp), s["tokens"](kp), s["last"], s["chunk_state"],
                   s["tokens"](vp), s["state"], s["column"], s["column"], s["keep"], s["column"], s["row"]],
         out_specs=[s["tokens"](kp), s["tokens"](kp), s["tokens"](vp), s["state"]],
-        out_shape=out_shape, scratch_shapes=[pltpu.VMEM((kp, vp), f32)],
+        out_shape=varying_outputs(out_shape, args), scratch_shapes=[pltpu.VMEM((kp, vp), f32)],
         compiler_params=sequential_params(), interpret=interpret_params(interpret), name="gla_tpu_backward",
         cost_estimate=cost_estimate(args, out_shape, b * h * n, *backward_cost(chunk, kp, vp)),
     )(*args)

@@ -135,7 +135,8 @@ def _with_parents(module, paths):
 
 def test_tests_share_builders_through_one_module():
     """Tests import shared inputs, models and checks from tests/builders.py, never from a conftest or another
-    test module, and only the tests of a benchmark script (tests/benchmarks/) import `benchmarks`."""
+    test module, and only the tests of a benchmark script (tests/benchmarks/) import `benchmarks`, except its dev
+    tools (`benchmarks.tools`: lowering, compilation counters, kernel twins), which tests and benchmarks share."""
     found = []
     for module, path in _modules():
         if not module.startswith("tests."):
@@ -146,7 +147,8 @@ def test_tests_share_builders_through_one_module():
             for name in names:
                 last = name.split(".")[-1]
                 shared = name.startswith("tests.") and (last == "conftest" or last.startswith("test_"))
-                tool = name.split(".")[0] == "benchmarks" and not module.startswith("tests.benchmarks")
+                tool = (name.split(".")[0] == "benchmarks" and not name.startswith("benchmarks.tools")
+                        and not module.startswith("tests.benchmarks"))
                 if shared or tool:
                     found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {name}")
     assert not found, "\n".join(found)

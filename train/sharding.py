@@ -5,7 +5,7 @@ to take the remaining devices). Parameters carry logical axis names (`embed`, `h
 `mlp`, `vocab`, ...) as NNX sharding metadata; `RULES` maps each to a mesh axis. Batches are
 split by rows over `data` and `fsdp`; with `context` > 1 each row's tokens are split over
 `context` too (`split_sequences`), and every op and short convolution then runs on its device's
-part of the sequence (`ccq_jax.ops.context_parallel`). The same code runs on one CPU, 8 fake CPU
+part of the sequence (`ccq_jax.ops.sharding`). The same code runs on one CPU, 8 fake CPU
 devices, one or two GPUs, and a TPU slice.
 """
 
@@ -19,14 +19,13 @@ from flax import nnx
 from jax.sharding import NamedSharding, PartitionSpec
 
 from ccq_jax import configlib
-from ccq_jax.ops.context_parallel import CONTEXT_AXIS
-from ccq_jax.ops.per_device import BATCH_AXES, HEAD_AXES
+from ccq_jax.ops.sharding import BATCH_AXES, CONTEXT_AXIS, HEAD_AXES
 
 MESH_AXES = ("data", "fsdp", CONTEXT_AXIS, "tensor")
 SEQUENCE_KEYS = ("input_ids", "targets", "segment_ids", "positions", "loss_mask")  # a batch's [B, T] arrays
 
 # logical axis -> mesh axis (or None: replicated). The one place sharding policy lives; the ops' kernels split
-# batch and heads over the same axes (`ccq_jax.ops.per_device`).
+# batch and heads over the same axes (`ccq_jax.ops.sharding`).
 RULES = (
     ("batch", BATCH_AXES),
     ("embed", ("fsdp", CONTEXT_AXIS)),  # parameters also split over the devices that split sequences (MaxText)

@@ -132,7 +132,7 @@ def make_eval_step(graphdef, others, loss_chunk_len: int = 0):
 
 def _jit_on(mesh, fn, checks="eager", **jit_options):
     """`jax.jit` of `fn` traced with `mesh` as the current mesh, so the ops' kernels run on each device's slice
-    (`ccq_jax.ops.per_device`). Only the steps trace under it: NNX would shard a model built there by its logical
+    (`ccq_jax.ops.sharding`). Only the steps trace under it: NNX would shard a model built there by its logical
     axis names. checks="checkify": `fn` under `ccq_jax.ops.checked`, its error (replicated) raised after each call."""
 
     def on_mesh(*args):

@@ -6,7 +6,7 @@
 the last W-1 inputs `[B, W-1, C]`; it belongs to the document at position 0 of the next call,
 exactly like the initial state of the ops, so prefill + decode equal one full pass.
 
-Under a mesh that splits sequences (`ccq_jax.ops.context_parallel`), each device convolves its own
+Under a mesh that splits sequences (`ccq_jax.ops.sharding`), each device convolves its own
 tokens: the previous device's tail (its last W-1 inputs of its last document: the halo) comes by one
 `ppermute` and counts only where that document continues into this shard (`Shard.continues`).
 """
@@ -20,7 +20,7 @@ from jax.sharding import PartitionSpec as P
 
 from ccq_jax.layers.params import normal, param
 from ccq_jax.layers.remat import maybe_recomputed
-from ccq_jax.ops import context_parallel, doc_ids, per_device
+from ccq_jax.ops import doc_ids, sharding
 
 
 class ShortConvolution(nnx.Module):
@@ -42,7 +42,7 @@ class ShortConvolution(nnx.Module):
         if tail is None:
             tail = jnp.zeros((x.shape[0], self.kernel_size - 1, x.shape[2]), x.dtype)
         conv = functools.partial(convolve, dtype=self.dtype or x.dtype, recompute=self.recompute)
-        axis = context_parallel.mesh_axis(x.shape[1], "x")
+        axis = sharding.mesh_axis(x.shape[1], "x")
         if axis is None:
             return conv(x, segment_ids, tail, self.kernel[...])
         return _split(conv, axis, x, segment_ids, tail, self.kernel[...])
@@ -59,9 +59,9 @@ def convolve(x, segment_ids, tail, kernel, *, dtype, recompute, context_axis=Non
             raise ValueError(f"x: each device's {t} tokens are fewer than the convolution's {width - 1}-token halo; "
                              f"use longer sequences or fewer devices on the {context_axis!r} axis")
         own = last_document_tail(x, docs, docs, width)
-        shard = context_parallel.Shard.of(segment_ids, b, t, context_axis)
+        shard = sharding.Shard.of(segment_ids, b, t, context_axis)
         first = jax.lax.axis_index(context_axis) == 0
-        halo = jnp.where(shard.continues[:, None, None], context_parallel.shifted(own, 1, context_axis), 0)
+        halo = jnp.where(shard.continues[:, None, None], sharding.shifted(own, 1, context_axis), 0)
         tail = jnp.where(first, tail, halo.astype(tail.dtype))
     ext = jnp.concatenate([tail.astype(x.dtype), x], axis=1)  # [B, W-1+T, C]
     ext_docs = jnp.concatenate([jnp.broadcast_to(docs[:, :1], (b, kernel.shape[0] - 1)), docs], axis=1)
@@ -78,10 +78,10 @@ def last_document_tail(values, value_docs, docs, width):
 
 def _split(conv, axis, x, segment_ids, tail, kernel):
     """`conv` under `shard_map` over every axis of the current mesh, T split over `axis` (rows and channels as
-    `ccq_jax.ops.per_device` splits batch and heads); the new tail is the last device's."""
+    `ccq_jax.ops.sharding.local` splits batch and heads); the new tail is the last device's."""
     mesh = jax.sharding.get_abstract_mesh()
-    rows = per_device.mesh_axes(mesh, per_device.BATCH_AXES, x.shape[0]) or None
-    channels = per_device.mesh_axes(mesh, per_device.HEAD_AXES, x.shape[2]) or None
+    rows = sharding.mesh_axes(mesh, sharding.BATCH_AXES, x.shape[0]) or None
+    channels = sharding.mesh_axes(mesh, sharding.HEAD_AXES, x.shape[2]) or None
 
     def body(x, segment_ids, tail, kernel):
         y, new_tail = conv(x, segment_ids, tail, kernel, context_axis=axis)
@@ -89,7 +89,7 @@ def _split(conv, axis, x, segment_ids, tail, kernel):
 
     ids = P(rows, axis) if segment_ids is not None else None
     in_specs = (P(rows, axis, channels), ids, P(rows, None, channels), P(None, channels))
-    sharded = per_device.manual(body, mesh, in_specs, (P(rows, axis, channels), P(axis, rows, None, channels)))
+    sharded = sharding.manual(body, mesh, in_specs, (P(rows, axis, channels), P(axis, rows, None, channels)))
     y, tails = sharded(x, segment_ids, tail, kernel)
     return y, tails[-1]
 

@@ -5,7 +5,7 @@
     decode_impl  reads of one token per row (a decode step), default "recurrent" (XLA's fusions)
     chunk_size   the chunk of `impl`'s chunked forms (None: the op's default)
     head_impl    the LM head of a decode step: "xla" (XLA's GEMM) or "pallas" (the row-matmul kernel,
-                 `ccq_jax.ops.lm_head`)
+                 `ccq_jax.ops.internals.head_logits`)
     interpret    the kernels' `interpret`: None interprets them exactly on a CPU; False compiles them also there,
                  for ahead-of-time compilation to another platform (`ccq-compile` for a TPU topology)
 
@@ -67,7 +67,7 @@ class KernelPolicy:
         return options
 
     def head_options(self, decode_step: bool) -> dict:
-        """`ccq_jax.ops.lm_head.head_logits`'s impl and interpret: the "pallas" head on a decode step only."""
+        """`ccq_jax.ops.internals.head_logits`'s impl and interpret: the "pallas" head on a decode step only."""
         if decode_step and self.head_impl == "pallas":
             return {"impl": "pallas", "interpret": self.interpret}
         return {"impl": "xla", "interpret": None}

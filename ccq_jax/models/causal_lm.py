@@ -16,8 +16,7 @@ from flax import nnx
 
 from ccq_jax.layers import Attention, GatedDeltaNet, GatedLinearAttention, GatedMLP, RMSNorm
 from ccq_jax.layers.params import linear, normal, sharded
-from ccq_jax.ops.lm_head import head_logits
-from ccq_jax.ops.validate import in_range
+from ccq_jax.ops.internals import head_logits, in_range
 from ccq_jax.models.config import GatedDeltaNetConfig, GLAConfig, ModelConfig, TransformerConfig
 from ccq_jax.models.pretrained import read_pretrained, save_pretrained
 
@@ -163,7 +162,7 @@ class CausalLM(nnx.Module):
 def lm_logits(x: jax.Array, head: jax.Array, dtype, out_dtype=jnp.float32, *, impl="xla", interpret=None) -> jax.Array:
     """Logits of hidden states x [..., D] against `head` [D, vocab], the product in `dtype` (None: the promoted
     type of the two), as `nnx.Linear` and `nnx.Embed.attend` compute it; returned in `out_dtype` (None: the
-    product's own). impl, interpret: `ccq_jax.ops.lm_head.head_logits`'s ("pallas": a decode step's few rows)."""
+    product's own). impl, interpret: `ccq_jax.ops.internals.head_logits`'s ("pallas": a decode step's few rows)."""
     if dtype is not None:
         x, head = x.astype(dtype), head.astype(dtype)
     logits = head_logits(x, head, impl=impl, interpret=interpret)

@@ -14,28 +14,30 @@ asked for (`interpret=True`); `config` (a `KernelConfig`) overrides their tiling
 implementations agree and are differentiable. `segment_ids [B, T]` marks packed documents: states
 and statistics restart wherever the id changes, and `initial_state` / `initial_stats` apply to the
 document at position 0 only. `context_axis` splits one sequence across the devices of a mesh axis
-(`ccq_jax.ops.context_parallel`; under a mesh with a `context` axis the ops split it themselves).
+(`ccq_jax.ops.sharding`; under a mesh with a `context` axis the ops split it themselves).
 `read` (`ReadPolicy`, names in `READS`) picks how the CCQ ops turn q into q_clean with Sigma_t: the paper's
 first-order read (the default), a Neumann series or conjugate gradient on (I + lam Sigma) x = q; the XLA
 forms run every policy, the kernels the first-order read. `covariance_apply` is the product Sigma_t x_t itself.
 Range checks on values (g <= 0, beta, lam, counts) run on eager calls and are skipped under `jax.jit`;
-`checked(fn)` runs them inside jit too, as `jax.experimental.checkify` checks (`checking.py`).
+`checked(fn)` runs them inside jit too, as `jax.experimental.checkify` checks (`_src/xla/checking.py`).
 `doc_ids` turns segment ids into the monotone document index the forms use; `l2_normalize` is fla's
 key normalisation (the gated delta rule's `use_qk_l2norm`); `ccq_keys` the fp32 (normalised) keys the
-CCQ statistics are built from. Each op's package under `ccq_jax.ops.src` holds its API, reference forms
-and kernel backends.
+CCQ statistics are built from. Each op's package under `ccq_jax.ops._src` (private) holds its API, reference
+forms and kernel backends; `ccq_jax.ops.sharding` runs the ops over a mesh, and `ccq_jax.ops.internals` names the
+few internals the rest of the repository uses.
 """
 
-from ccq_jax.ops.checking import checked
-from ccq_jax.ops.numerics import ccq_keys, doc_ids, l2_normalize
-from ccq_jax.ops.registry import IMPLS, KERNELS, REFERENCES
-from ccq_jax.ops.src.ccq_gated_delta_rule.api import ccq_gated_delta_rule
-from ccq_jax.ops.src.ccq_gla.api import ccq_gla
-from ccq_jax.ops.src.ccq_query.api import ccq_query, covariance_apply
-from ccq_jax.ops.src.gated_delta_rule.api import gated_delta_rule
-from ccq_jax.ops.src.gla.api import gla
-from ccq_jax.ops.types import READS, CCQStats, ReadPolicy
 from pallas_kernels.tiles import KernelConfig
+
+from ._src.ccq_gated_delta_rule.api import ccq_gated_delta_rule
+from ._src.ccq_gla.api import ccq_gla
+from ._src.ccq_query.api import ccq_query, covariance_apply
+from ._src.dispatch import IMPLS, KERNELS, REFERENCES
+from ._src.gated_delta_rule.api import gated_delta_rule
+from ._src.gla.api import gla
+from ._src.xla.checking import checked
+from ._src.xla.numerics import ccq_keys, doc_ids, l2_normalize
+from ._src.xla.types import READS, CCQStats, ReadPolicy
 
 __all__ = ["CCQStats", "IMPLS", "KERNELS", "KernelConfig", "READS", "REFERENCES", "ReadPolicy",
            "ccq_gated_delta_rule", "ccq_gla", "ccq_keys", "ccq_query", "checked", "covariance_apply", "doc_ids",

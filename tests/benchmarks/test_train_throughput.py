@@ -5,7 +5,7 @@ import jax
 import jax.numpy as jnp
 
 from benchmarks.train_throughput import measure, planned_memory
-from ccq_jax.compilation import CompileCounter
+from benchmarks.tools.compilation import CompileCounter
 
 
 def test_counter_sees_a_compilation_and_only_while_open():

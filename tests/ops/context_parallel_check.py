@@ -1,4 +1,4 @@
-"""Every op with its sequence split over D devices (`context_axis`, `ccq_jax.ops.context_parallel`) against the
+"""Every op with its sequence split over D devices (`context_axis`, `ccq_jax.ops.sharding`) against the
 unsplit op run as the float64 recurrence: outputs, the last shard's final states and statistics, and the gradients
 of every input (initial state and statistics included), for each D given and each impl given.
 

@@ -57,7 +57,7 @@ def main(impls):
             loss = lambda fn: (lambda *a: jnp.sum(fn(*a) ** 2))
             got = jax.jit(jax.value_and_grad(loss(sharded), argnums=range(7)))(*args)
             want = jax.jit(jax.value_and_grad(loss(f), argnums=range(7)))(*args)
-            with jax.set_mesh(mesh):  # no shard_map of ours: kernels split by the op itself (ops.per_device)
+            with jax.set_mesh(mesh):  # no shard_map of ours: kernels split by the op itself (ops.sharding.local)
                 placed = [jax.device_put(a, s) for a, s in zip(args, (token,) * 7 + (rows,))]
                 on_mesh = jax.jit(jax.value_and_grad(loss(f), argnums=range(7)))(*placed)
             for where, result in (("inside shard_map", got), ("on a set mesh", on_mesh)):

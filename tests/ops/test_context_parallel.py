@@ -1,4 +1,4 @@
-"""Context parallelism (`ccq_jax.ops.context_parallel`): every op with its sequence split over 2, 3, 4 and 8 devices
+"""Context parallelism (`ccq_jax.ops.sharding`): every op with its sequence split over 2, 3, 4 and 8 devices
 (8 fake CPU devices in a process of its own, tests/ops/context_parallel_check.py) against the unsplit float64
 recurrence, outputs, final states and statistics and every gradient, documents crossing and spanning shards; and
 the messages of its errors."""

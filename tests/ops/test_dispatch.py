@@ -14,7 +14,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 SCRIPT = textwrap.dedent("""
     import jax, jax.numpy as jnp
     import ccq_jax.ops as ops
-    from ccq_jax.compilation import CompileCounter
+    from benchmarks.tools.compilation import CompileCounter
 
     step = jax.jit(lambda q, k, v, g: ops.gla(q, k, v, g, impl="pallas")[0].sum())
     x = jnp.ones((1, 16, 1, 16)) * 0.1

@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from ccq_jax.ops.lm_head import MAX_ROWS, head_logits
+from ccq_jax.ops.internals import MAX_ROWS, head_logits
 from pallas_kernels.tiles import KernelConfig
 from tests.builders import rel_rms
 
@@ -73,7 +73,7 @@ def test_mismatched_shapes_are_value_errors():
 
 
 def test_a_platform_without_the_triton_kernel_is_a_value_error(monkeypatch):
-    """The Triton backends' policy (`ccq_jax.ops.registry.triton_support`): on a TPU only when asked to interpret."""
+    """The Triton backends' policy (`dispatch.triton_support`): on a TPU only when asked to interpret."""
     x, w = inputs(2, 64, 48, jnp.float32)
     monkeypatch.setattr(jax, "default_backend", lambda: "tpu")
     with pytest.raises(ValueError, match="impl: 'pallas' has no kernel for this call .*the Triton kernels compile "

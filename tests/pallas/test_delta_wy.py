@@ -11,8 +11,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from ccq_jax.ops.pallas_layout import chunk_cumsum, layout
-from ccq_jax.ops.src.gated_delta_rule import kernel_twins
+from benchmarks.tools import kernel_twins
+from ccq_jax.ops.internals import chunk_cumsum, layout
 from pallas_kernels.delta_wy import wy_apply, wy_gradient, wy_inverse
 from tests.builders import rel_rms
 

@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from ccq_jax.ops.lm_head import head_logits
+from ccq_jax.ops.internals import head_logits
 from pallas_kernels import delta_rule, linear_attention, mosaic_delta_states
 from tests.builders import check_op, kernel_inputs as inputs, OUT_TOL, rel_rms, shard_map_check
 

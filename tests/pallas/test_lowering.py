@@ -3,7 +3,7 @@ and the gated delta rule's three bf16 state passes to Mosaic GPU (tests/pallas/t
 
 Interpret mode never exercises the Triton lowering's limits (power-of-two tiles, dot shapes,
 supported primitives); cross-lowering for the "cuda" platform does, at the benchmark's head
-dims (`ccq_jax.ops.lowering.lowered_kernels`, whose kernels tests/benchmarks/test_kernel_resources.py also
+dims (`benchmarks.tools.lowering.lowered_kernels`, whose kernels tests/benchmarks/test_kernel_resources.py also
 compiles).
 Compiling the Triton IR to machine code for a real launch still needs a GPU (test_gpu.py).
 """
@@ -11,7 +11,7 @@ Compiling the Triton IR to machine code for a real launch still needs a GPU (tes
 import jax
 import pytest
 
-from ccq_jax.ops.lowering import lowered_kernels
+from benchmarks.tools.lowering import lowered_kernels
 
 CASES = [("gla", 11, 0), ("gated_delta_rule", 9, 3), ("ccq_query", 11, 0), ("ccq_gla", 22, 0),
          ("ccq_gated_delta_rule", 20, 3)]  # (op, Triton kernels, Mosaic GPU kernels) of its forward and backward
@@ -34,7 +34,8 @@ def test_lowers_with_x64_enabled(name):
 
 @pytest.mark.parametrize("x64", [False, True], ids=["x32", "x64"])
 def test_the_lm_head_lowers_to_one_triton_kernel(x64):
-    """The row-matmul kernel at two rows of gla-1.3b's head (`ccq_jax.ops.lm_head`): its forward is one kernel."""
+    """The row-matmul kernel at two rows of gla-1.3b's head (`ccq_jax.ops.internals.head_logits`): its forward is
+    one kernel."""
     with jax.enable_x64(x64):
         triton, n_mosaic = lowered_kernels("lm_head", "bfloat16", tokens=2)
     assert (len(triton), n_mosaic) == (1, 0) and triton[0][0] == "row_matmul"

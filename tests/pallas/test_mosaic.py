@@ -8,9 +8,9 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from ccq_jax.ops.lowering import lowered_kernels
-from ccq_jax.ops import registry
-from ccq_jax.ops.src.gated_delta_rule import api, pallas_mosaic_gpu
+from benchmarks.tools.lowering import lowered_kernels
+import ccq_jax.ops as ops
+from ccq_jax.ops.internals import TABLES, dispatch
 from pallas_kernels import mosaic_delta_states as mosaic
 
 B, T, H, K, V, C = 1, 128, 6, 256, 512, 64  # the benchmark's head shapes, two chunks
@@ -88,8 +88,11 @@ def test_the_gradient_pass_refuses_mixed_dtypes():
         mosaic.state_gradient_pass(*args, chunk=C, scale=1.0, store=jnp.bfloat16)
 
 
+TABLE = TABLES["gated_delta_rule"]
+
+
 def _call(platform="gpu", interpret=None, dtype=jnp.bfloat16, dk=K, dv=V, chunk=None):
-    return registry.Call(platform, interpret, dtype, dk, dv, chunk)
+    return dispatch.Call(platform, interpret, dtype, dk, dv, chunk)
 
 
 @pytest.mark.parametrize("call,why", [
@@ -100,19 +103,19 @@ def _call(platform="gpu", interpret=None, dtype=jnp.bfloat16, dk=K, dv=V, chunk=
     (_call(chunk=32), "chunk=32"),
 ])
 def test_the_backend_says_why_it_does_not_take_a_call(call, why):
-    assert why in pallas_mosaic_gpu.supports(call)
-    assert registry.choose("gated_delta_rule", api.IMPLEMENTATIONS, "pallas", call)[0] == "pallas_triton"
+    assert why in TABLE["pallas_mosaic_gpu"].supports(call)
+    assert dispatch.choose("gated_delta_rule", TABLE, "pallas", call)[0] == "pallas_triton"
 
 
 @pytest.mark.parametrize("call", [_call(), _call(platform="cpu", interpret=False), _call(dk=100, dv=300)])
 def test_impl_pallas_picks_it_where_it_compiles(call):
     """On a GPU (or lowered for one from a CPU) at bf16, K and V padded to multiples of 128 (100 -> 128)."""
-    assert pallas_mosaic_gpu.supports(call) is None
-    assert registry.choose("gated_delta_rule", api.IMPLEMENTATIONS, "pallas", call)[0] == "pallas_mosaic_gpu"
+    assert TABLE["pallas_mosaic_gpu"].supports(call) is None
+    assert dispatch.choose("gated_delta_rule", TABLE, "pallas", call)[0] == "pallas_mosaic_gpu"
 
 
 def test_naming_it_where_it_does_not_compile_is_a_value_error():
     q = jnp.zeros((1, 16, 1, 16), jnp.float32)
     with pytest.raises(ValueError, match=r"impl: 'pallas_mosaic_gpu' does not take this call \(pallas_mosaic_gpu: "
                                          r"the Mosaic GPU kernels compile for a GPU only"):
-        api.gated_delta_rule(q, q, q, q[..., 0] * 0, q[..., 0], impl="pallas_mosaic_gpu")
+        ops.gated_delta_rule(q, q, q, q[..., 0] * 0, q[..., 0], impl="pallas_mosaic_gpu")

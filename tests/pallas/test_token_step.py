@@ -1,6 +1,6 @@
 """One token per row (T = 1, a decode step) on impl="pallas": the one-token kernels (`pallas_kernels.recurrent_step`,
-interpreted here) against the float64 recurrence, gradients included (`ccq_jax.ops.token_step`: the recurrence's own
-backward), and what they lower to for an H200.
+interpreted here) against the float64 recurrence, gradients included (`ccq_jax/ops/_src/pallas/step.py`: the
+recurrence's own backward), and what they lower to for an H200.
 
 K = 12 and V = 20 pad to one 16-wide tile; K = 64 and V = 96 (padded to 128) span two row tiles of the covariance and
 four column tiles of the state. The initial state and statistics are random (five keys' worth), so the step adds
@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import pytest
 
 import ccq_jax.ops as ops
-from ccq_jax.ops.lowering import lowered_kernels
+from benchmarks.tools.lowering import lowered_kernels
 from tests.builders import KERNEL_OPS, check_op, kernel_inputs, op_arguments
 
 STEP_KERNELS = {"gla": ["state_step"], "gated_delta_rule": ["state_step"], "ccq_query": ["ccq_read_step"],

@@ -13,13 +13,7 @@ import jax.numpy as jnp
 import pytest
 
 import ccq_jax.ops as ops
-from ccq_jax.ops import registry
-from ccq_jax.ops.registry import Call
-from ccq_jax.ops.src.ccq_gated_delta_rule import api as ccq_gdn_api
-from ccq_jax.ops.src.ccq_gla import api as ccq_gla_api
-from ccq_jax.ops.src.ccq_query import api as read_api
-from ccq_jax.ops.src.gated_delta_rule import api as gdn_api
-from ccq_jax.ops.src.gla import api as gla_api
+from ccq_jax.ops.internals import TABLES, dispatch
 from pallas_kernels.tiles import KernelConfig
 from tests.builders import check_op, kernel_inputs as inputs
 
@@ -54,20 +48,19 @@ def test_gla_lowers_for_a_tpu():
 
 
 def _call(platform, interpret=None):
-    return Call(platform=platform, interpret=interpret, dtype=jnp.float32, key_width=16, value_width=16,
+    return dispatch.Call(platform=platform, interpret=interpret, dtype=jnp.float32, key_width=16, value_width=16,
                 chunk_size=None)
 
 
 def test_pallas_on_a_tpu_is_the_mosaic_tpu_kernel():
-    for name, api in (("gla", gla_api), ("ccq_query", read_api), ("ccq_gla", ccq_gla_api),
-                      ("gated_delta_rule", gdn_api), ("ccq_gated_delta_rule", ccq_gdn_api)):
-        assert registry.choose(name, api.IMPLEMENTATIONS, "pallas", _call("tpu"))[0] == "pallas_mosaic_tpu"
+    for name, table in TABLES.items():
+        assert dispatch.choose(name, table, "pallas", _call("tpu"))[0] == "pallas_mosaic_tpu"
 
 
 def test_the_tpu_kernel_on_a_gpu_is_refused_unless_interpreted():
     with pytest.raises(ValueError, match=r"pallas_mosaic_tpu: the Mosaic TPU kernels compile for a TPU only"):
-        registry.choose("gla", gla_api.IMPLEMENTATIONS, "pallas_mosaic_tpu", _call("gpu"))
-    assert registry.choose("gla", gla_api.IMPLEMENTATIONS, "pallas_mosaic_tpu", _call("gpu", True))[0] == \
+        dispatch.choose("gla", TABLES["gla"], "pallas_mosaic_tpu", _call("gpu"))
+    assert dispatch.choose("gla", TABLES["gla"], "pallas_mosaic_tpu", _call("gpu", True))[0] == \
         "pallas_mosaic_tpu"
 
 

@@ -28,7 +28,7 @@ def test_a_sharded_train_call_compiles_for_a_tpu_topology(model):
 
 @pytest.mark.parametrize("model", sorted(KERNEL_CALLS))
 def test_a_context_split_train_call_compiles_for_a_tpu_topology(model):
-    """mesh.context = 4: each chip holds a quarter of every sequence (`ccq_jax.ops.context_parallel`); the summaries
+    """mesh.context = 4: each chip holds a quarter of every sequence (`ccq_jax.ops.sharding`); the summaries
     run the backbone's three kernel calls once more per layer, beside the collective permutes."""
     pytest.importorskip("libtpu")
     (run,) = load_config("smoke", {"model": model, "model.kernel.impl": "pallas", "mesh.data": 1, "mesh.context": 4,

@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from ccq_jax.compilation import CompileCounter
+from benchmarks.tools.compilation import CompileCounter
 from tests.train.tiny_run import tiny_config
 from train.checkpoint import Checkpointer
 from train.loop import NonFiniteLoss, check_free_space, train

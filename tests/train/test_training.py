@@ -78,7 +78,7 @@ def test_sharded_mesh_with_accumulation_and_a_sliced_loss_matches_one_device(run
 
 def test_a_run_with_sequences_split_over_the_context_axis_matches_one_device(runs):
     """mesh.context = 4: each device holds 8 of every sequence's 32 tokens (ops and short convolutions split the
-    sequence, `ccq_jax.ops.context_parallel`); the batches are made on the device and scored at MQAR's positions."""
+    sequence, `ccq_jax.ops.sharding`); the batches are made on the device and scored at MQAR's positions."""
     single, split = runs["conv_single"], runs["context"]
     assert sorted(single) == list(range(1, 9)) == sorted(split)
     np.testing.assert_allclose([split[s] for s in single], list(single.values()), rtol=2e-5)
@@ -87,7 +87,7 @@ def test_a_run_with_sequences_split_over_the_context_axis_matches_one_device(run
 
 def test_sharded_kernels_match_one_device_and_gather_no_kernel_operand(runs):
     """impl="pallas" on the 8-device mesh: each device runs the kernels on its own rows and heads
-    (`ccq_jax.ops.per_device`), so the losses equal one device's, and the compiled step all-gathers none of the
+    (`ccq_jax.ops.sharding`), so the losses equal one device's, and the compiled step all-gathers none of the
     kernels' rank-4 operands (without the per-device shard_map it gathers 32 of them)."""
     single, sharded = runs["pallas_single"], runs["pallas_sharded"]
     assert sorted(single) == list(range(1, 9)) == sorted(sharded)

@@ -1,0 +1,18 @@
+"""The ops wing's private code, in floors; a module imports only from its own floor or the floors below it:
+
+  ccq_gla/ ccq_gated_delta_rule/   composite ops: the CCQ read feeding a backbone; they import the op packages they
+                                   compose (ccq_query and gla, or ccq_query and gated_delta_rule)
+  gla/ gated_delta_rule/ ccq_query/   the base ops, one package each, never importing a sibling
+  lm_head/                         the LM head's logits (a separate op: api, pallas_triton)
+  pallas/                          what the kernel backends share: the padded layout, the one-token step kernels
+                                   (handed each op's recurrence), GLA's Triton custom VJP, the Mosaic TPU helpers
+  dispatch.py                      `impl=`: the names, `Implementation`, the platform policy
+  xla/                             numerics, validation, types, the chunked layout and recurrences (no Pallas)
+
+Each op package is laid out the same way: `api.py` (validation, the public function, the table of implementations
+`impl=` chooses from), `reference.py` (the recurrent, chunk and scan forms in XLA) and one module per kernel
+backend (`pallas_triton.py`, `pallas_mosaic_gpu.py`, `pallas_mosaic_tpu.py`), each owning its custom VJP or
+composing its parts'. The public functions are re-exported by `ccq_jax.ops`; `ccq_jax.ops.sharding` (above this
+package) runs them over a mesh. Modules here import each other relatively (tests/ops/test_layout.py checks the
+floors).
+"""

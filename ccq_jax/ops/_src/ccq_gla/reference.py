@@ -1,0 +1,8 @@
+"""`ccq_gla` in plain XLA: each form of the CCQ read feeding the same form of GLA (`ccq_query.reference.feeding`)."""
+
+from ..ccq_query import reference as read
+from ..gla import reference as backbone
+
+recurrent = read.feeding(read.recurrent, backbone.recurrent)
+chunk = read.feeding(read.chunk, backbone.chunk)
+scan = read.feeding(read.scan, backbone.scan)

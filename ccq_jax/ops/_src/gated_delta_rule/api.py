@@ -1,0 +1,58 @@
+"""`gated_delta_rule`: validation, the implementations `impl=` chooses from, the public function."""
+
+import jax.numpy as jnp
+
+from ... import sharding
+from .. import dispatch
+from ..dispatch import Implementation
+from ..xla import validate
+from ..xla.numerics import accum_dtype
+from . import pallas_mosaic_gpu, pallas_mosaic_tpu, pallas_triton, reference
+
+IMPLEMENTATIONS = {
+    "recurrent": Implementation(reference.recurrent),
+    "chunk": Implementation(reference.chunk, chunked=True),
+    "scan": Implementation(reference.scan),
+    "pallas_mosaic_gpu": Implementation(pallas_mosaic_gpu.gated_delta_rule, chunked=True,
+                                        supports=pallas_mosaic_gpu.supports),
+    "pallas_triton": Implementation(pallas_triton.gated_delta_rule, chunked=True, supports=pallas_triton.supports),
+    "pallas_mosaic_tpu": Implementation(pallas_mosaic_tpu.gated_delta_rule, chunked=True,
+                                        supports=pallas_mosaic_tpu.supports),
+}
+
+
+def context_maps(shard, q, k, v, g, beta, *, segment_ids, **options):
+    """The shard's map (`sharding.splits_sequence`): a dense K x K transition and the shard's own final state, both from
+    one run of the op itself (options: its scale, impl, ...) on values widened by K zero columns from the state
+    [0 | I]: the delta rule acts on each value column alone, so the last K columns of its final state are the
+    transition applied to the identity."""
+    b, t, h, dk = k.shape
+    dv = v.shape[-1]
+    f = accum_dtype(k, v)
+    values = jnp.concatenate([v, jnp.zeros((b, t, h, dk), v.dtype)], axis=-1)
+    start = jnp.concatenate([jnp.zeros((b, h, dk, dv), f), jnp.broadcast_to(jnp.eye(dk, dtype=f), (b, h, dk, dk))],
+                            axis=-1)
+    _, final = gated_delta_rule(q, k, values, g, beta, initial_state=start, output_final_state=True,
+                                segment_ids=segment_ids, **options)
+    return {"initial_state": shard.dense(final[..., dv:], final[..., :dv])}
+
+
+@sharding.splits_sequence(context_maps)
+def gated_delta_rule(q, k, v, g, beta, *, scale=None, initial_state=None, output_final_state=False,
+                     segment_ids=None, impl="chunk", chunk_size=None, config=None, interpret=None):
+    """Gated delta rule (fla's): S = exp(g_t) S; u_t = beta_t (v_t - S^T k_t); S = S + k_t u_t^T; o_t = scale S^T q_t.
+
+    q, k: [B, T, H, K]; v: [B, T, H, V]; g (log decay <= 0), beta (in [0, 2]): [B, T, H].
+    Returns (o [B, T, H, V], final_state [B, H, K, V] fp32 or None).
+
+    context_axis: inside `jax.shard_map`, with T split over that mesh axis: each device's tokens as the
+    unsplit op would give them, and its shard's final state (`ccq_jax.ops.sharding`).
+    """
+    q, k, v, g, beta, (b, t, h, dk, dv) = validate.delta_inputs(q, k, v, g, beta)
+    call = dispatch.call_of(q, k, v, chunk_size=chunk_size, interpret=interpret)
+    fn, options = dispatch.prepare("gated_delta_rule", IMPLEMENTATIONS, impl, call, static=("scale",),
+                                   config=config)
+    o, final = fn(q, k, v, g, beta, scale=validate.scale(scale, dk),
+                  initial_state=validate.state(initial_state, b, h, dk, dv), docs=validate.documents(segment_ids, b, t),
+                  **options)
+    return o, (final if output_final_state else None)

@@ -1,0 +1,90 @@
+"""The chunked layout every chunkwise form shares (XLA forms and the Pallas backends' wrappers).
+
+The sequence is padded to a multiple of the chunk length C and viewed as N chunks; documents
+(`docs`, the monotone document index `[B, T]`) become masks per chunk. Einsums take their
+operands in the inputs' dtype with fp32 (or fp64) accumulation (fla's choice); fp32 inputs use
+HIGHEST precision so that TF32 never creeps in on GPUs.
+"""
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from .numerics import HIGHEST
+
+SUB_CHUNK = 16  # secondary chunk of the GLA chunk form: the diagonal blocks whose pairwise decays are exact
+
+
+def masked_exp(x, mask):
+    """exp(x) where mask, 0 elsewhere (the exponent is masked first, so nothing overflows)."""
+    return jnp.exp(jnp.where(mask, x, -jnp.inf))
+
+
+def mm(spec, a, b, dtype):
+    """einsum with operands in `dtype` and fp32 (or fp64) accumulation."""
+    acc = jnp.result_type(jnp.float32, dtype)
+    precision = HIGHEST if jnp.dtype(dtype).itemsize >= 4 else None
+    return jnp.einsum(spec, a.astype(dtype), b.astype(dtype), precision=precision, preferred_element_type=acc)
+
+
+def to_chunks(x, chunk):
+    """[B, T, H, *] (T padded up to a multiple of `chunk` with zeros) -> [B, H, N, C, *]."""
+    pad = -x.shape[1] % chunk
+    x = jnp.pad(x, [(0, 0), (0, pad)] + [(0, 0)] * (x.ndim - 2))
+    b, t, h = x.shape[:3]
+    return jnp.moveaxis(x.reshape(b, t // chunk, chunk, h, *x.shape[3:]), 3, 1)
+
+
+def from_chunks(x, length):
+    """[B, H, N, C, *] -> [B, T, H, *], dropping the padding."""
+    b, h, n, c = x.shape[:4]
+    return jnp.moveaxis(x, 1, 3).reshape(b, n * c, h, *x.shape[4:])[:, :length]
+
+
+class DocMasks(NamedTuple):
+    """Where documents let information flow, per chunk (a head axis of size 1 broadcasts over H)."""
+
+    causal: jax.Array  # [B, 1, N, C, C]  j <= i and same document
+    reads_state: jax.Array  # [B, 1, N, C]  token i belongs to the document of the entering state
+    writes_state: jax.Array  # [B, 1, N, C]  token j is real (not padding) and in the chunk's last document
+    keep_state: jax.Array  # [B, 1, N]  no document starts inside the chunk
+
+
+def doc_masks(docs, chunk):
+    """`DocMasks` of the document index `docs` [B, T] in chunks of `chunk` tokens."""
+    length = docs.shape[1]
+    pad = -length % chunk
+    d = jnp.pad(docs, [(0, 0), (0, pad)], mode="edge")
+    d = d.reshape(d.shape[0], -1, chunk)[:, None]  # [B, 1, N, C]
+    real = (jnp.arange(length + pad) < length).reshape(-1, chunk)
+    state_doc = jnp.concatenate([d[..., :1, 0], d[..., :-1, -1]], axis=-1)  # [B, 1, N]
+    last = d[..., -1]
+    tril = jnp.tril(jnp.ones((chunk, chunk), bool))
+    return DocMasks(
+        causal=tril & (d[..., :, None] == d[..., None, :]),
+        reads_state=d == state_doc[..., None],
+        writes_state=(d == last[..., None]) & real,
+        keep_state=last == state_doc,
+    )
+
+
+def suffix_sum(x, axis):
+    """sum_{l > j} x_l along `axis`, summed from the end so that small tails stay exact."""
+    x = jnp.moveaxis(x, axis, -1)
+    inclusive = jnp.flip(jnp.cumsum(jnp.flip(x, -1), -1), -1)
+    exclusive = jnp.concatenate([inclusive[..., 1:], jnp.zeros_like(x[..., :1])], -1)
+    return jnp.moveaxis(exclusive, -1, axis)
+
+
+def segment_sum(x, axis):
+    """out[..., i, j, ...] = sum_{j < l <= i} x_l over `axis` of length C (0 for j >= i).
+
+    Summing the terms directly, instead of differencing two cumsums, keeps the decay between
+    nearby tokens exact even where the cumsums themselves are large (strong decay).
+    """
+    x = jnp.moveaxis(x, axis, -1)
+    c = x.shape[-1]
+    later = jnp.arange(c)[:, None] > jnp.arange(c)[None, :]  # [l, j]
+    out = jnp.cumsum(jnp.where(later, x[..., :, None], 0), axis=-2)  # [..., i, j]
+    return jnp.moveaxis(out, (-2, -1), (axis - 1, axis) if axis < 0 else (axis, axis + 1))

@@ -1,0 +1,47 @@
+"""The linear recurrence h_t = a_t h_{t-1} + b_t, solved two ways the forms share.
+
+`diagonal_scan` runs it as a log-depth `lax.associative_scan` over the sequence (a_t broadcast
+against each leaf of b), with the initial state folded into b_0 (`fold_initial`); `state_pass`
+runs it sequentially across chunks, carrying only the fp32 state from one chunk to the next.
+"""
+
+import jax
+import jax.numpy as jnp
+
+from .numerics import vary_like
+
+
+def diagonal_scan(a, b):
+    """h_t = a_t * h_{t-1} + b_t along axis 1; a: [B, T, ...] broadcast against each leaf of b."""
+
+    def expand(x, leaf):
+        return x.reshape(x.shape + (1,) * (leaf.ndim - x.ndim))
+
+    def combine(first, second):
+        (a1, b1), (a2, b2) = first, second
+        return a1 * a2, jax.tree.map(lambda x1, x2: expand(a2, x1) * x1 + x2, b1, b2)
+
+    return jax.lax.associative_scan(combine, (a, b), axis=1)[1]
+
+
+def fold_initial(b, a0, init):
+    """b_0 += a_0 * h_{-1}: the initial state enters through the first transition."""
+    return b.at[:, 0].add(a0.reshape(a0.shape + (1,) * (init.ndim - a0.ndim)) * init)
+
+
+def state_pass(decay, delta, init):
+    """States entering each chunk: S_0 = init, S_{n+1} = decay_n * S_n + delta_n.
+
+    decay: [B, H, N, *] broadcast against every leaf of the pytree `delta` ([B, H, N, ...]);
+    init: the same pytree without the N axis. Returns (entering [B, H, N, ...], final).
+    """
+
+    def step(state, x):
+        d, dl = x
+        new = jax.tree.map(lambda s, e: d.reshape(d.shape + (1,) * (s.ndim - d.ndim)) * s + e, state, dl)
+        return new, state
+
+    move = lambda x: jnp.moveaxis(x, 2, 0)
+    xs = (move(decay), jax.tree.map(move, delta))
+    final, entering = jax.lax.scan(step, vary_like(init, xs), xs)
+    return jax.tree.map(lambda x: jnp.moveaxis(x, 0, 2), entering), final

@@ -1,9 +1,0 @@
-"""`ccq_query` feeding `gla`, both on the Mosaic TPU kernels (composed: the read's output is the backbone's query;
-autodiff joins their VJPs and sums the keys' two gradients in XLA)."""
-
-from ccq_jax.ops.src.ccq_query import pallas_mosaic_tpu as read
-from ccq_jax.ops.src.ccq_query.reference import feeding
-from ccq_jax.ops.src.gla import pallas_mosaic_tpu as backbone
-
-supports = backbone.supports
-ccq_gla = feeding(read.ccq_query, backbone.gla)
