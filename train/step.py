@@ -249,8 +249,9 @@ class TrainCall(NamedTuple):
 def build_train_call(cfg: TrainConfig, mesh, model: ModelConfig | None = None, make_batch=None, *,
                      abstract: bool = False, checks: str | None = None, optimizer=None, wrap=None) -> TrainCall:
     """The run's train call: `cfg`'s optimizer over its steps, the state of `model` (default `cfg.model_config`; its
-    ops split over the mesh's axes as the parameters and batches are, `train.sharding.with_ops_axes`) initialised from `cfg.seed` in its shards on `mesh` (abstract=True: shapes and shardings only, nothing built),
-    `cfg`'s train step (grad_accum, on_nan="skip", loss_chunk_len) and the call of `cfg.steps_per_call` steps on
+    ops split over the mesh's axes as the parameters and batches are, `train.sharding.with_ops_axes`) initialised
+    from `cfg.seed` in its shards on `mesh` (abstract=True: shapes and shardings only, nothing built), `cfg`'s
+    train step (grad_accum, on_nan="skip", loss_chunk_len) and the call of `cfg.steps_per_call` steps on
     batches from `make_batch` (None: host batches), its checks `checks` (None: `cfg.checks`).
 
     optimizer: in place of cfg's (e.g. cfg's chained with more). wrap(graphdef, others, state, step) ->
