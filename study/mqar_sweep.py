@@ -39,7 +39,7 @@ from train.config import TrainConfig
 from train.data.config import DataConfig, MQARConfig
 from train.data.synthetic import SyntheticBatches
 from train.optim import OptimConfig, make_optimizer
-from train.sharding import make_mesh
+from train.sharding import make_mesh, with_ops_axes
 from train.step import build_train_call, compile_synthetic_eval, init_state, make_eval_step
 
 CELLS = {"T256-kv16": (256, 16, 256), "T512-kv64": (512, 64, 128)}  # (sequence length, pairs, batch)
@@ -100,7 +100,8 @@ def member_train_calls(cfg: TrainConfig, rates, steps_per_call: int = 50, *, see
     rates[i] from the initialisation of seeds[i] (None: cfg.seed for every member) on make_batch(step), a batch
     with a leading member axis (None: the config's batches, the same for every member).
 
-    Returns (graphdef, others, state with a leading member axis on params and optimizer state, the model config,
+    Returns (graphdef, others, state with a leading member axis on params and optimizer state, the model config
+    (its ops splitting the mesh as the train call's, `train.sharding.with_ops_axes`),
     `run(state, n) -> (state, metrics [steps_per_call, members])`, which trains n <= steps_per_call steps).
 
     The run's own train call (`train.step.build_train_call`, the first member's seed) with the members' states
@@ -119,7 +120,7 @@ def member_train_calls(cfg: TrainConfig, rates, steps_per_call: int = 50, *, see
 
     built = build_train_call(cfg, mesh, make_batch=SyntheticBatches(cfg.data).batch if make_batch is None else
                              make_batch, optimizer=optimizer, wrap=members)
-    return built.graphdef, built.others, built.state, cfg.model_config, built.run
+    return built.graphdef, built.others, built.state, with_ops_axes(cfg.model_config), built.run
 
 
 def train_members(cfg: TrainConfig, rates, steps_per_call: int = 50, *, seeds=None, make_batch=None, desc=None):

@@ -1,12 +1,14 @@
 """Device mesh and logical-axis sharding: one rules table maps named axes to the mesh axes.
 
-Mesh axes are `data`, `fsdp`, `context` and `tensor` (sizes from config; one of them may be -1
-to take the remaining devices). Parameters carry logical axis names (`embed`, `heads`, `kv`,
-`mlp`, `vocab`, ...) as NNX sharding metadata; `RULES` maps each to a mesh axis. Batches are
-split by rows over `data` and `fsdp`; with `context` > 1 each row's tokens are split over
-`context` too (`split_sequences`), and every op and short convolution then runs on its device's
-part of the sequence (`ccq_jax.ops.sharding`). The same code runs on one CPU, 8 fake CPU
-devices, one or two GPUs, and a TPU slice.
+The mesh axis names live here, and only here: `data`, `fsdp`, `context` and `tensor` (`MESH_AXES`; sizes from
+config, one of them may be -1 to take the remaining devices). Parameters carry logical axis names (`embed`,
+`heads`, `kv`, `mlp`, `vocab`, ...) as NNX sharding metadata; `RULES` maps each to a mesh axis. Batches are
+split by rows over `data` and `fsdp`; with `context` > 1 each row's tokens are split over `context` too
+(`split_sequences`). The ops are told the same axes as a value, `OPS_AXES` (`ops_axes(RULES)`: the batch rule's
+axes split the batch, the heads rule's the heads, `context` the sequence), which `with_ops_axes` puts on the
+model config the train and eval steps build (`train.step.build_train_call`); every op and short convolution then
+runs on its device's rows, heads and part of the sequence (`ccq_jax.ops.sharding`). The same code runs on one
+CPU, 8 fake CPU devices, one or two GPUs, and a TPU slice.
 """
 
 import dataclasses
@@ -19,24 +21,43 @@ from flax import nnx
 from jax.sharding import NamedSharding, PartitionSpec
 
 from ccq_jax import configlib
-from ccq_jax.ops.sharding import BATCH_AXES, CONTEXT_AXIS, HEAD_AXES
+from ccq_jax.ops import OpsAxes
 
+CONTEXT_AXIS = "context"  # the mesh axis that splits sequences (`split_sequences`)
 MESH_AXES = ("data", "fsdp", CONTEXT_AXIS, "tensor")
+BATCH_AXES = ("data", "fsdp")  # the mesh axes that split the batch, in this order
 SEQUENCE_KEYS = ("input_ids", "targets", "segment_ids", "positions", "loss_mask")  # a batch's [B, T] arrays
 
-# logical axis -> mesh axis (or None: replicated). The one place sharding policy lives; the ops' kernels split
-# batch and heads over the same axes (`ccq_jax.ops.sharding`).
+# logical axis -> mesh axis (or None: replicated). The one place sharding policy lives; the ops split batch and
+# heads over the same axes (`OPS_AXES`).
 RULES = (
     ("batch", BATCH_AXES),
     ("embed", ("fsdp", CONTEXT_AXIS)),  # parameters also split over the devices that split sequences (MaxText)
     ("vocab", "tensor"),
-    ("heads", HEAD_AXES),
+    ("heads", ("tensor",)),
     ("mlp", "tensor"),
     ("kv", None),
     ("conv", None),
     ("norm", None),
     ("layers", None),
 )
+
+
+def ops_axes(rules=RULES) -> OpsAxes:
+    """The mesh axes the ops split over under `rules`: the batch rule's split the batch, the heads rule's the
+    heads (and the short convolutions' channels), `CONTEXT_AXIS` the sequence."""
+    table = dict(rules)
+    names = lambda rule: (table[rule],) if isinstance(table[rule], str) else tuple(table[rule] or ())
+    return OpsAxes(batch=names("batch"), heads=names("heads"), context=CONTEXT_AXIS)
+
+
+OPS_AXES = ops_axes()
+
+
+def with_ops_axes(model_cfg, axes: OpsAxes = OPS_AXES):
+    """The model config `model_cfg` with its kernel policy splitting over `axes` (`KernelPolicy.axes`): the model
+    the train and eval steps build, whose ops then split the step's mesh as its parameters and batches are."""
+    return dataclasses.replace(model_cfg, kernel=dataclasses.replace(model_cfg.kernel, axes=axes))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -34,7 +34,8 @@ from ccq_jax.models import CausalLM, ModelConfig, abstract_model
 from train.config import TrainConfig
 from train.loss import loss_sums
 from train.optim import make_optimizer
-from train.sharding import batch_sharding, replicated, sequence_runs, split_sequences, state_shardings
+from train.sharding import (batch_sharding, replicated, sequence_runs, split_sequences, state_shardings,
+                            with_ops_axes)
 
 
 class TrainState(NamedTuple):
@@ -247,9 +248,10 @@ class TrainCall(NamedTuple):
 
 def build_train_call(cfg: TrainConfig, mesh, model: ModelConfig | None = None, make_batch=None, *,
                      abstract: bool = False, checks: str | None = None, optimizer=None, wrap=None) -> TrainCall:
-    """The run's train call: `cfg`'s optimizer over its steps, the state of `model` (default `cfg.model_config`)
-    initialised from `cfg.seed` in its shards on `mesh` (abstract=True: shapes and shardings only, nothing built),
-    `cfg`'s train step (grad_accum, on_nan="skip", loss_chunk_len) and the call of `cfg.steps_per_call` steps on
+    """The run's train call: `cfg`'s optimizer over its steps, the state of `model` (default `cfg.model_config`; its
+    ops split over the mesh's axes as the parameters and batches are, `train.sharding.with_ops_axes`) initialised
+    from `cfg.seed` in its shards on `mesh` (abstract=True: shapes and shardings only, nothing built), `cfg`'s
+    train step (grad_accum, on_nan="skip", loss_chunk_len) and the call of `cfg.steps_per_call` steps on
     batches from `make_batch` (None: host batches), its checks `checks` (None: `cfg.checks`).
 
     optimizer: in place of cfg's (e.g. cfg's chained with more). wrap(graphdef, others, state, step) ->
@@ -257,7 +259,7 @@ def build_train_call(cfg: TrainConfig, mesh, model: ModelConfig | None = None, m
     (`study.mqar_sweep`).
     """
     optimizer = make_optimizer(cfg.optim, cfg.steps) if optimizer is None else optimizer
-    model = cfg.model_config if model is None else model
+    model = with_ops_axes(cfg.model_config if model is None else model)
     graphdef, others, state = (abstract_state(model, optimizer, mesh) if abstract else
                                init_state(model, optimizer, mesh, cfg.seed))
     step = make_train_step(graphdef, others, optimizer, grad_accum=cfg.grad_accum,

@@ -6,7 +6,8 @@
 the last W-1 inputs `[B, W-1, C]`; it belongs to the document at position 0 of the next call,
 exactly like the initial state of the ops, so prefill + decode equal one full pass.
 
-Under a mesh that splits sequences (`ccq_jax.ops.sharding`), each device convolves its own
+Under a mesh that splits sequences over the `context` axis of its `axes` (`ccq_jax.ops.OpsAxes`, the layer's
+`KernelPolicy.axes`; `ccq_jax.ops.sharding`), each device convolves its own
 tokens: the previous device's tail (its last W-1 inputs of its last document: the halo) comes by one
 `ppermute` and counts only where that document continues into this shard (`Shard.continues`).
 """
@@ -20,13 +21,14 @@ from jax.sharding import PartitionSpec as P
 
 from ccq_jax.layers.params import normal, param
 from ccq_jax.layers.remat import maybe_recomputed
-from ccq_jax.ops import doc_ids, sharding
+from ccq_jax.ops import OpsAxes, doc_ids, sharding
 
 
 class ShortConvolution(nnx.Module):
     def __init__(self, channels: int, kernel_size: int, *, std: float, rngs: nnx.Rngs, dtype=None,
-                 param_dtype=jnp.float32, recompute: bool = True):
+                 param_dtype=jnp.float32, recompute: bool = True, axes: OpsAxes = OpsAxes()):
         self.kernel_size = kernel_size
+        self.axes = axes  # the mesh axes it splits over (see the module docstring)
         self.recompute = recompute  # see ccq_jax.layers.remat
         self.dtype = dtype
         self.kernel = param(normal(std), rngs.params(), (kernel_size, channels), ("conv", "heads"), param_dtype)
@@ -42,10 +44,10 @@ class ShortConvolution(nnx.Module):
         if tail is None:
             tail = jnp.zeros((x.shape[0], self.kernel_size - 1, x.shape[2]), x.dtype)
         conv = functools.partial(convolve, dtype=self.dtype or x.dtype, recompute=self.recompute)
-        axis = sharding.mesh_axis(x.shape[1], "x")
+        axis = sharding.mesh_axis(self.axes, x.shape[1], "x")
         if axis is None:
             return conv(x, segment_ids, tail, self.kernel[...])
-        return _split(conv, axis, x, segment_ids, tail, self.kernel[...])
+        return _split(conv, self.axes, x, segment_ids, tail, self.kernel[...])
 
 
 def convolve(x, segment_ids, tail, kernel, *, dtype, recompute, context_axis=None):
@@ -76,12 +78,11 @@ def last_document_tail(values, value_docs, docs, width):
     return jnp.where(last[..., None], values[:, -(width - 1):], jnp.zeros((), values.dtype))
 
 
-def _split(conv, axis, x, segment_ids, tail, kernel):
-    """`conv` under `shard_map` over every axis of the current mesh, T split over `axis` (rows and channels as
-    `ccq_jax.ops.sharding.local` splits batch and heads); the new tail is the last device's."""
-    mesh = jax.sharding.get_abstract_mesh()
-    rows = sharding.mesh_axes(mesh, sharding.BATCH_AXES, x.shape[0]) or None
-    channels = sharding.mesh_axes(mesh, sharding.HEAD_AXES, x.shape[2]) or None
+def _split(conv, axes, x, segment_ids, tail, kernel):
+    """`conv` under `shard_map` over every axis of the current mesh, T split over `axes.context` (rows and channels
+    as `ccq_jax.ops.sharding.local` splits batch and heads); the new tail is the last device's."""
+    mesh, axis = sharding.split_mesh(axes), axes.context
+    rows, channels = sharding.splits(mesh, axes, x.shape[0], x.shape[2])
 
     def body(x, segment_ids, tail, kernel):
         y, new_tail = conv(x, segment_ids, tail, kernel, context_axis=axis)

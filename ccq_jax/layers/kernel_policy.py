@@ -8,6 +8,9 @@
                  `ccq_jax.ops.internals.head_logits`)
     interpret    the kernels' `interpret`: None interprets them exactly on a CPU; False compiles them also there,
                  for ahead-of-time compilation to another platform (`ccq-compile` for a TPU topology)
+    axes         the mesh axes the ops and the short convolutions split over under the current mesh
+                 (`ccq_jax.ops.OpsAxes`, default empty: none, whatever the mesh); the trainer sets its own
+                 (`train.sharding.OPS_AXES`). In config.json its tuples are lists; a config without it loads empty.
 
 It is the `kernel` field of every model config (`kernel.impl=pallas` as an override). The impl names are the ops'
 (`ccq_jax.ops.IMPLS`), checked here for the models and by the ops' registry for a direct op call. The softmax
@@ -19,7 +22,7 @@ from typing import Literal
 
 from ccq_jax import configlib
 from ccq_jax import checks as check
-from ccq_jax.ops import IMPLS, REFERENCES
+from ccq_jax.ops import IMPLS, REFERENCES, OpsAxes
 
 TPU_KERNELS = "pallas_mosaic_tpu"
 
@@ -27,13 +30,14 @@ TPU_KERNELS = "pallas_mosaic_tpu"
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class KernelPolicy:
     """impl, decode_impl, chunk_size: the linear-attention reads; head_impl: a decode step's LM head; interpret:
-    the kernels' interpretation (see the module docstring)."""
+    the kernels' interpretation; axes: the mesh axes they split over (see the module docstring)."""
 
     impl: str = "chunk"
     decode_impl: str = "recurrent"
     chunk_size: int | None = None
     head_impl: Literal["xla", "pallas"] = "xla"
     interpret: bool | None = None
+    axes: OpsAxes = OpsAxes()
 
     def __post_init__(self):
         configlib.check_field_types(self, prefix="kernel.")
@@ -56,10 +60,10 @@ class KernelPolicy:
         return any(impl not in (*REFERENCES, "xla") for impl in self.impls.values())
 
     def read_options(self, tokens: int) -> dict:
-        """The ops' keyword options (impl, and chunk_size / interpret where they apply) of a read of `tokens`
+        """The ops' keyword options (impl, axes, and chunk_size / interpret where they apply) of a read of `tokens`
         tokens per row: `decode_impl` for one token, `impl` for more; chunk_size goes with `impl`."""
         impl = self.decode_impl if tokens == 1 else self.impl
-        options = {"impl": impl}
+        options = {"impl": impl, "axes": self.axes}
         if impl == self.impl and self.chunk_size is not None:
             options["chunk_size"] = self.chunk_size
         if impl not in REFERENCES and self.interpret is not None:

@@ -40,7 +40,7 @@ class RecurrentMixer(nnx.Module):
         self.ccq_config = ccq
         self.use_short_conv = conv_channels is not None
         if self.use_short_conv:
-            kw = dict(std=std, rngs=rngs, dtype=dtype, param_dtype=param_dtype, recompute=recompute)
+            kw = dict(std=std, rngs=rngs, dtype=dtype, param_dtype=param_dtype, recompute=recompute, axes=kernel.axes)
             self.q_conv1d, self.k_conv1d, self.v_conv1d = (ShortConvolution(c, conv_size, **kw) for c in conv_channels)
         if ccq is not None:
             self.ccq = CCQGate(state_heads, head_k_dim, ccq, param_dtype=param_dtype, recompute=recompute)

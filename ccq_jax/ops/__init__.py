@@ -14,7 +14,8 @@ asked for (`interpret=True`); `config` (a `KernelConfig`) overrides their tiling
 implementations agree and are differentiable. `segment_ids [B, T]` marks packed documents: states
 and statistics restart wherever the id changes, and `initial_state` / `initial_stats` apply to the
 document at position 0 only. `context_axis` splits one sequence across the devices of a mesh axis
-(`ccq_jax.ops.sharding`; under a mesh with a `context` axis the ops split it themselves).
+(`ccq_jax.ops.sharding`); `axes` (an `OpsAxes`) names the axes of the current mesh an op splits its batch, heads
+and sequence over itself (None: none, whatever the mesh).
 `read` (`ReadPolicy`, names in `READS`) picks how the CCQ ops turn q into q_clean with Sigma_t: the paper's
 first-order read (the default), a Neumann series or conjugate gradient on (I + lam Sigma) x = q; the XLA
 forms run every policy, the kernels the first-order read. `covariance_apply` is the product Sigma_t x_t itself.
@@ -38,7 +39,8 @@ from ._src.gla.api import gla
 from ._src.xla.checking import checked
 from ._src.xla.numerics import ccq_keys, doc_ids, l2_normalize
 from ._src.xla.types import READS, CCQStats, ReadPolicy
+from .sharding import OpsAxes
 
-__all__ = ["CCQStats", "IMPLS", "KERNELS", "KernelConfig", "READS", "REFERENCES", "ReadPolicy",
+__all__ = ["CCQStats", "IMPLS", "KERNELS", "KernelConfig", "OpsAxes", "READS", "REFERENCES", "ReadPolicy",
            "ccq_gated_delta_rule", "ccq_gla", "ccq_keys", "ccq_query", "checked", "covariance_apply", "doc_ids",
            "gated_delta_rule", "gla", "l2_normalize"]

@@ -1,11 +1,18 @@
 """How the ops run over a mesh: kernels on each device's slice (`local`), and one sequence split over the
-devices of a mesh axis (`splits_sequence`, context parallelism). The mesh axis names live here once.
+devices of a mesh axis (`splits_sequence`, context parallelism). Which mesh axes split what is a value handed to
+each op, `axes=OpsAxes(batch=..., heads=..., context=...)` (the training side derives it from its sharding rules:
+`train.sharding.OPS_AXES`; the models take it from `KernelPolicy.axes`); this package names no mesh axis itself.
+
+Without `axes` (None, or an empty `OpsAxes`) an op runs as it is, whatever mesh is current: XLA partitions it
+(and gathers a Pallas kernel's sharded operands). With `axes`, the current mesh (`jax.sharding.get_abstract_mesh`,
+set by `jax.set_mesh` or `jax.sharding.use_abstract_mesh`; the train and eval steps trace under theirs) is split
+over exactly those axes; a named axis the current mesh lacks is a ValueError naming `axes`, and with no mesh set
+the op runs unsplit.
 
 Kernels on each device's slice: XLA cannot partition a Pallas custom call (given sharded operands it gathers
-them and runs the whole kernel on every device). So when a mesh is set (`jax.set_mesh`; the train and eval steps
-trace under theirs), `local` wraps an op's kernel call in `shard_map` over the mesh axes that split the batch
-(`BATCH_AXES`) and the heads (`HEAD_AXES`): the kernel's grid then covers one device's rows and heads, and only
-the inputs that arrive sharded otherwise are moved. Axes that are already manual (inside a user's `shard_map`), of
+them and runs the whole kernel on every device). So `local` wraps an op's kernel call in `shard_map` over the
+axes of `axes.batch` and `axes.heads`: the kernel's grid then covers one device's rows and heads, and only the
+inputs that arrive sharded otherwise are moved. Axes that are already manual (inside a user's `shard_map`), of
 size 1, or that do not divide the dimension split nothing; the shard_map is still manual over every mesh axis
 (Mosaic TPU kernels refuse to be partitioned over any auto axis), so an axis that splits nothing sees the same
 blocks on each of its devices. The reference forms need none of this: XLA partitions them. The wrapper runs with
@@ -34,13 +41,13 @@ exactly as the unsplit op would. Only summaries of the shards cross devices, nev
    states back through the same collectives in reverse (ppermute's transpose is the inverse permutation).
 
 With `context_axis`, the final states an op returns are each shard's own: the last shard's is the sequence's.
-`splits_sequence` adds this to an op's public function, and also runs it so when the current mesh has a
-`context` axis (`CONTEXT_AXIS`, set by `jax.set_mesh` or the train and eval steps) of more than one device: then
-the op itself shard_maps its inputs over every mesh axis (the sequence over `context`, the batch and heads as
-`local` splits them) and returns the last shard's final states. docs/context_parallel.md counts the bytes
-and rounds.
+`splits_sequence` adds this to an op's public function, with the keyword `axes`, and also runs it so when
+`axes.context` names an axis of the current mesh of more than one device (not manual): then the op itself
+shard_maps its inputs over every mesh axis (the sequence over `axes.context`, the batch and heads as `local` splits
+them) and returns the last shard's final states. docs/context_parallel.md counts the bytes and rounds.
 """
 
+import dataclasses
 import functools
 import inspect
 from typing import NamedTuple
@@ -51,11 +58,51 @@ from jax.sharding import PartitionSpec as P
 
 from ._src.xla.numerics import HIGHEST, accum_dtype, doc_ids
 
-BATCH_AXES = ("data", "fsdp")  # mesh axes that split the batch, in this order (train.sharding's "batch" rule)
-HEAD_AXES = ("tensor",)  # mesh axes that split the heads (train.sharding's "heads" rule)
 STATE_KEYWORDS = ("initial_state", "initial_stats")  # an op's states, [B, H, ...]
 DOCUMENT_KEYWORDS = ("docs",)  # [B, T]
-CONTEXT_AXIS = "context"  # the mesh axis that splits sequences (`train.sharding.split_sequences`)
+
+
+@dataclasses.dataclass(frozen=True)
+class OpsAxes:
+    """The mesh axes an op splits over (see the module docstring): `batch` the rows, in this order; `heads` the
+    heads (and a short convolution's channels); `context` the sequence (context parallelism), or None. Empty (the
+    default): no splitting."""
+
+    batch: tuple[str, ...] = ()
+    heads: tuple[str, ...] = ()
+    context: str | None = None
+
+    def __post_init__(self):
+        for field in ("batch", "heads"):
+            names = getattr(self, field)
+            if not isinstance(names, tuple) or not all(isinstance(n, str) and n for n in names):
+                raise ValueError(f"axes.{field}: expected a tuple of mesh axis names, got {names!r}")
+        if self.context is not None and not (isinstance(self.context, str) and self.context):
+            raise ValueError(f"axes.context: expected a mesh axis name or None, got {self.context!r}")
+        if len(set(self.names)) != len(self.names):
+            raise ValueError(f"axes: a mesh axis splits one dimension only, got {self!r}")
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """Every mesh axis named, batch, heads, then context."""
+        return (*self.batch, *self.heads, *((self.context,) if self.context is not None else ()))
+
+
+def split_mesh(axes):
+    """The current mesh (`jax.sharding.get_abstract_mesh`) to split over `axes`, or None: no axes (None or an
+    empty `OpsAxes`), or no mesh set. A ValueError naming `axes` when it is not an `OpsAxes` or names an axis the
+    current mesh lacks."""
+    if axes is None:
+        return None
+    if not isinstance(axes, OpsAxes):
+        raise ValueError(f"axes: expected a ccq_jax.ops.OpsAxes or None, got {axes!r}")
+    mesh = jax.sharding.get_abstract_mesh()
+    if not axes.names or mesh.empty:
+        return None
+    missing = [name for name in axes.names if name not in mesh.axis_names]
+    if missing:
+        raise ValueError(f"axes: {missing} are not axes of the current mesh, whose axes are {list(mesh.axis_names)}")
+    return mesh
 
 
 def mesh_axes(mesh, names, size):
@@ -78,17 +125,25 @@ def manual(body, mesh, in_specs, out_specs):
                          axis_names=set(mesh.axis_names) - set(mesh.manual_axes), check_vma=False)
 
 
-def local(fn):
+def splits(mesh, axes, batch, heads):
+    """(rows, heads): the mesh axes of `axes.batch` that split `batch` rows and of `axes.heads` that split `heads`
+    on `mesh` (`mesh_axes`), each None where none does; (None, None) without a mesh."""
+    if mesh is None:
+        return None, None
+    return mesh_axes(mesh, axes.batch, batch) or None, mesh_axes(mesh, axes.heads, heads) or None
+
+
+def local(fn, axes=None):
     """`fn(*per_token_inputs, **keywords) -> (per_token_output, states...)`, run by `shard_map` on each device's
-    batch rows and heads when the current mesh splits them (see the module docstring), else called as it is."""
+    batch rows and heads when the current mesh splits them over `axes` (see the module docstring), else called as
+    it is."""
 
     def run(*inputs, **keywords):
-        mesh = jax.sharding.get_abstract_mesh()
+        mesh = split_mesh(axes)
         b, _, h = inputs[0].shape[:3]
-        batch, heads = mesh_axes(mesh, BATCH_AXES, b), mesh_axes(mesh, HEAD_AXES, h)  # () without a mesh
-        if not batch and not heads:
+        rows, per_head = splits(mesh, axes, b, h)
+        if rows is None and per_head is None:
             return fn(*inputs, **keywords)
-        rows, per_head = (batch or None), (heads or None)
         token, state, document = P(rows, None, per_head), P(rows, per_head), P(rows)
         arrays = {k: keywords[k] for k in (*STATE_KEYWORDS, *DOCUMENT_KEYWORDS) if k in keywords}
         options = {k: value for k, value in keywords.items() if k not in arrays}
@@ -208,23 +263,25 @@ def _initial(name, value, like):
     return jax.tree.map(lambda v, e: jnp.asarray(v, e.dtype), value, like)
 
 
-def mesh_axis(length, name="q"):
-    """CONTEXT_AXIS when the current mesh splits sequences (it has that axis, not manual, of more than one
-    device), else None; a ValueError naming the input `name` when its T = `length` does not split evenly."""
-    mesh = jax.sharding.get_abstract_mesh()
-    if CONTEXT_AXIS not in mesh.axis_names or CONTEXT_AXIS in mesh.manual_axes or mesh.shape[CONTEXT_AXIS] == 1:
+def mesh_axis(axes, length, name="q"):
+    """`axes.context` when the current mesh splits sequences over it (`split_mesh(axes)`; the axis not manual, of
+    more than one device), else None; a ValueError naming the input `name` when its T = `length` does not split
+    evenly."""
+    mesh = split_mesh(axes)
+    axis = None if mesh is None else axes.context
+    if axis is None or axis in mesh.manual_axes or mesh.shape[axis] == 1:
         return None
-    if length % mesh.shape[CONTEXT_AXIS]:
-        raise ValueError(f"{name}: T = {length} does not split evenly over the mesh's {CONTEXT_AXIS!r} axis of "
-                         f"{mesh.shape[CONTEXT_AXIS]} devices; pad the sequence to a multiple of it")
-    return CONTEXT_AXIS
+    if length % mesh.shape[axis]:
+        raise ValueError(f"{name}: T = {length} does not split evenly over the mesh's {axis!r} axis of "
+                         f"{mesh.shape[axis]} devices; pad the sequence to a multiple of it")
+    return axis
 
 
 def splits_sequence(maps):
     """Decorator of an op's public function `op(*per_token, **keywords) -> (o, final states)`: adds the keyword
     `context_axis` (see the module docstring). maps(shard, *per_token, segment_ids=..., **options) -> {state
     keyword: map of the shard} gives the op's summaries; options are the op's keywords other than its states and
-    output flags (scale, impl, chunk_size, config, interpret, centered, normalize_keys)."""
+    output flags (scale, impl, chunk_size, config, interpret, centered, normalize_keys, axes)."""
 
     def decorate(op):
         signature = inspect.signature(op)
@@ -236,7 +293,9 @@ def splits_sequence(maps):
                     raise ValueError(f"{name}: expected an array (jax.Array or numpy.ndarray), got "
                                      f"{type(x).__name__}")
             if context_axis is None:
-                axis = mesh_axis(inputs[0].shape[1]) if jnp.ndim(inputs[0]) == 4 else None
+                axes = keywords.get("axes")
+                on_mesh = split_mesh(axes) is not None and jnp.ndim(inputs[0]) == 4  # a bad `axes` is refused here
+                axis = mesh_axis(axes, inputs[0].shape[1]) if on_mesh else None
                 return op(*inputs, **keywords) if axis is None else _on_mesh(run, axis, inputs, keywords)
             bound = signature.bind(*inputs, **keywords)
             bound.apply_defaults()
@@ -259,9 +318,10 @@ def _on_mesh(run, axis, inputs, keywords):
     """`run` (an op with `context_axis`) under `shard_map` over every axis of the current mesh: tokens split over
     `axis`, batch rows and heads as `local` splits them (without varying-axes checks, as `local`:
     interpreted kernels could not pass them); returns the last shard's final states."""
-    mesh = jax.sharding.get_abstract_mesh()
+    axes = keywords["axes"]
+    mesh = split_mesh(axes)
     b, _, h = inputs[0].shape[:3]
-    rows, heads = mesh_axes(mesh, BATCH_AXES, b) or None, mesh_axes(mesh, HEAD_AXES, h) or None
+    rows, heads = splits(mesh, axes, b, h)
     arrays = {k: keywords[k] for k in (*STATE_KEYWORDS, "segment_ids") if keywords.get(k) is not None}
     options = {k: v for k, v in keywords.items() if k not in arrays}
     specs = {k: P(rows, axis) if k == "segment_ids" else P(rows, heads) for k in arrays}

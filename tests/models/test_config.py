@@ -1,6 +1,7 @@
 """Configs and presets: every preset builds, bad values and unknown keys raise ValueErrors naming the field."""
 
 import dataclasses
+import json
 
 import pytest
 
@@ -8,6 +9,7 @@ from ccq_jax.models import (
     PRESETS, CCQConfig, GatedDeltaNetConfig, GLAConfig, KernelPolicy, TransformerConfig, config_from_dict, get_config,
 )
 from ccq_jax.models.config import saved_overrides
+from ccq_jax.ops import OpsAxes
 from ccq_jax.models.__main__ import main
 
 
@@ -146,6 +148,21 @@ def test_kernel_overrides_reach_into_the_policy():
     assert config_from_dict(cfg.to_dict()) == cfg and cfg.to_dict()["kernel"]["impl"] == "pallas"
     with pytest.raises(ValueError, match="kernel.impl: unknown value 'cuda'"):
         KernelPolicy(impl="cuda")
+
+
+def test_the_kernel_axes_round_trip_through_json_and_a_config_json_without_them_loads():
+    axes = OpsAxes(batch=("data", "fsdp"), heads=("tensor",), context="context")
+    cfg = get_config("ccq-gla-tiny", **{"kernel.axes": axes})
+    saved = json.loads(json.dumps(cfg.to_dict()))
+    assert saved["kernel"]["axes"] == {"batch": ["data", "fsdp"], "heads": ["tensor"], "context": "context"}
+    assert config_from_dict(saved) == cfg
+    del saved["kernel"]["axes"]  # a config.json written before the policy had axes
+    loaded = config_from_dict(saved)
+    assert loaded.kernel.axes == OpsAxes() and loaded == dataclasses.replace(cfg, kernel=KernelPolicy())
+    with pytest.raises(ValueError, match=r"axes.batch: expected a tuple of mesh axis names, got \(1,\)"):
+        get_config("gla-tiny", **{"kernel.axes.batch": [1]})
+    with pytest.raises(ValueError, match=r"axes: a mesh axis splits one dimension only"):
+        OpsAxes(batch=("data",), heads=("data",))
 
 
 def test_cli_prints_parameter_counts(capsys):

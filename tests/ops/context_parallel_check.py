@@ -10,9 +10,9 @@ between them (three shards at D = 3, six at D = 8), and the last document reuses
 start at tokens 12 and 16, shard boundaries for D = 2, 4, 8 and D = 3, 8. References run in float64 (chunks of 4
 tokens, so a shard holds several), kernels in fp32 inside a shard_map with `check_vma=False` (JAX's Pallas
 interpreter binds dynamic slices without varying-axis casts). With --on-mesh each op is also called plainly under
-`jax.set_mesh` of a (data 2, context 4) mesh, where it splits the sequence itself. Prints one row per case, then
-"worst <relative RMS>". --read=KIND:COUNT gives the CCQ ops that read policy (`ccq_jax.ops.ReadPolicy`; lam then
-in [0, 4] for cg).
+`jax.set_mesh` of a (data 2, context 4) mesh with `axes` naming them, where it splits the sequence itself.
+Prints one row per case, then "worst <relative RMS>". --read=KIND:COUNT gives the CCQ ops that read policy
+(`ccq_jax.ops.ReadPolicy`; lam then in [0, 4] for cg).
 """
 
 import functools
@@ -70,8 +70,8 @@ def score(tree):
     return sum(jnp.sum(jnp.sin(leaf)) for leaf in jax.tree.leaves(tree))
 
 
-def unsplit_run(op, names, states, impl, x):
-    outputs = outputs_of(op, states, impl)
+def unsplit_run(op, names, states, impl, x, **call):
+    outputs = outputs_of(op, states, impl, **call)
     return _value_and_grad(lambda *a: (lambda out: (score(out), out))(outputs(*a)), names, states, x)
 
 
@@ -99,11 +99,11 @@ def split_run(op, names, states, impl, d, x):
 
 
 def on_mesh_run(op, names, states, impl, x):
-    """The op called plainly under a set (data 2, context 4) mesh: it splits the sequence itself."""
+    """The op called plainly under a set (data 2, context 4) mesh, told its axes: it splits the sequence itself."""
     mesh = jax.make_mesh((2, 4), ("data", "context"), axis_types=(jax.sharding.AxisType.Auto,) * 2)
     with jax.set_mesh(mesh):
         placed = {**x, **{n: jax.device_put(x[n], NamedSharding(mesh, P("data", "context"))) for n in names}}
-        return unsplit_run(op, names, states, impl, placed)
+        return unsplit_run(op, names, states, impl, placed, axes=ops.OpsAxes(batch=("data",), context="context"))
 
 
 def _value_and_grad(loss, names, states, x):

@@ -1,8 +1,8 @@
 """Every op of the given impls inside `jax.shard_map` over a mesh of all devices, batch over "data" and heads over
 "tensor" (2 x 2 on 4 devices, else batch only), against the same op unsharded: outputs and the gradients of every
-input, and the same op called with the mesh set (`jax.set_mesh`: kernels split themselves); also with an initial
-state every batch shard shares (its gradient is the sum over shards). Run in a process
-of its own by tests/ops/test_shard_map.py (4 CPU devices) and tests/pallas/test_gpu.py (pallas).
+input, and the same op called with the mesh set (`jax.set_mesh`) and `axes` naming its axes (kernels split
+themselves); also with an initial state every batch shard shares (its gradient is the sum over shards). Run in a
+process of its own by tests/ops/test_shard_map.py (4 CPU devices) and tests/pallas/test_gpu.py (pallas).
 
 The shard_map keeps its default checks, except around interpreted kernels (impl "pallas" on a CPU): JAX's Pallas
 interpreter binds the kernels' dynamic slices without varying-axis casts, so there `check_vma=False`. The "scan"
@@ -20,6 +20,8 @@ from jax.sharding import PartitionSpec as P
 import ccq_jax.ops as ops
 from tests.builders import rel_rms as _rel
 
+AXES = ops.OpsAxes(batch=("data",), heads=("tensor",))  # what the ops split on the set mesh
+
 
 def main(impls):
     n = jax.device_count()
@@ -36,15 +38,17 @@ def main(impls):
     gh, beta, lam = g[..., 0], jax.nn.sigmoid(x(b, t, h)), jax.nn.sigmoid(x(b, t, h) - 2.0)
     segments = jnp.asarray(np.repeat([[0] * 25 + [1] * 15], b, 0), jnp.int32)
     h0 = x(1, h, dk, dv)[0] * 0.1  # one state for every row, shared by the batch shards
-    ops_by_name = {
-        "gla": lambda q, k, v, g, gh, beta, lam, s, impl: ops.gla(q, k, v, g, segment_ids=s, impl=impl)[0],
-        "gated_delta_rule": lambda q, k, v, g, gh, beta, lam, s, impl: ops.gated_delta_rule(
-            q, unit(k), v, gh, beta, segment_ids=s, impl=impl)[0],
-        "ccq_query": lambda q, k, v, g, gh, beta, lam, s, impl: ops.ccq_query(q, k, lam, segment_ids=s, impl=impl)[0],
-        "ccq_gla": lambda q, k, v, g, gh, beta, lam, s, impl: ops.ccq_gla(q, k, v, g, lam, segment_ids=s,
-                                                                          impl=impl)[0],
-        "ccq_gated_delta_rule": lambda q, k, v, g, gh, beta, lam, s, impl: ops.ccq_gated_delta_rule(
-            q, unit(k), v, gh, beta, lam, segment_ids=s, impl=impl)[0],
+    ops_by_name = {  # (inputs, segment ids, impl, axes) -> o
+        "gla": lambda q, k, v, g, gh, beta, lam, s, impl, axes=None: ops.gla(
+            q, k, v, g, segment_ids=s, impl=impl, axes=axes)[0],
+        "gated_delta_rule": lambda q, k, v, g, gh, beta, lam, s, impl, axes=None: ops.gated_delta_rule(
+            q, unit(k), v, gh, beta, segment_ids=s, impl=impl, axes=axes)[0],
+        "ccq_query": lambda q, k, v, g, gh, beta, lam, s, impl, axes=None: ops.ccq_query(
+            q, k, lam, segment_ids=s, impl=impl, axes=axes)[0],
+        "ccq_gla": lambda q, k, v, g, gh, beta, lam, s, impl, axes=None: ops.ccq_gla(
+            q, k, v, g, lam, segment_ids=s, impl=impl, axes=axes)[0],
+        "ccq_gated_delta_rule": lambda q, k, v, g, gh, beta, lam, s, impl, axes=None: ops.ccq_gated_delta_rule(
+            q, unit(k), v, gh, beta, lam, segment_ids=s, impl=impl, axes=axes)[0],
     }
     args = (q, k, v, g, gh, beta, lam, segments)
     worst = 0.0
@@ -59,7 +63,8 @@ def main(impls):
             want = jax.jit(jax.value_and_grad(loss(f), argnums=range(7)))(*args)
             with jax.set_mesh(mesh):  # no shard_map of ours: kernels split by the op itself (ops.sharding.local)
                 placed = [jax.device_put(a, s) for a, s in zip(args, (token,) * 7 + (rows,))]
-                on_mesh = jax.jit(jax.value_and_grad(loss(f), argnums=range(7)))(*placed)
+                split = lambda *a: op(*a, impl, AXES)
+                on_mesh = jax.jit(jax.value_and_grad(loss(split), argnums=range(7)))(*placed)
             for where, result in (("inside shard_map", got), ("on a set mesh", on_mesh)):
                 errors = [_rel(a, w) for a, w in zip(jax.tree.leaves(result), jax.tree.leaves(want))]
                 worst = max(worst, *errors)

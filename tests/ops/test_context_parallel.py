@@ -66,11 +66,11 @@ def test_a_length_the_mesh_context_axis_does_not_divide_is_refused_by_name():
     mesh = AbstractMesh((1, 2), ("data", "context"), axis_types=(AxisType.Auto,) * 2)
     with jax.sharding.use_abstract_mesh(mesh), pytest.raises(ValueError, match=r"q: T = 5 does not split evenly "
                                                                                 r"over the mesh's 'context' axis of 2"):
-        ops.gla(*_gla_inputs(5))
+        ops.gla(*_gla_inputs(5), axes=ops.OpsAxes(batch=("data",), context="context"))
 
 
 def test_a_convolution_input_the_mesh_context_axis_does_not_divide_is_refused_by_name():
-    conv = ShortConvolution(2, 4, std=0.1, rngs=nnx.Rngs(0))
+    conv = ShortConvolution(2, 4, std=0.1, rngs=nnx.Rngs(0), axes=ops.OpsAxes(context="context"))
     mesh = AbstractMesh((1, 2), ("data", "context"), axis_types=(AxisType.Auto,) * 2)
     with jax.sharding.use_abstract_mesh(mesh), pytest.raises(ValueError, match=r"x: T = 7 does not split evenly"):
         conv(jnp.ones((1, 7, 2)))

@@ -21,7 +21,7 @@ from jax.sharding import PartitionSpec as P
 
 from ccq_jax.inference import init_cache, prefill
 from tests.builders import build, rel_rms
-from train.sharding import BATCH_AXES, MeshConfig, make_mesh
+from train.sharding import BATCH_AXES, OPS_AXES, MeshConfig, make_mesh
 from train.step import lm_loss, split_model
 
 MODELS = ("ccq-gla", "ccq-gdn", "transformer")
@@ -40,8 +40,9 @@ def batch():
 
 
 def model(name, impl):
-    """The tiny model of tests.builders.MODEL_CASES' kind, its linear layers with short convolutions."""
-    overrides = dict(initializer_range=0.1)
+    """The tiny model of tests.builders.MODEL_CASES' kind, its linear layers with short convolutions, its ops
+    splitting the mesh's axes as the train step's do (`train.sharding.OPS_AXES`)."""
+    overrides = {"initializer_range": 0.1, "kernel.axes": OPS_AXES}
     if name != "transformer":
         overrides.update({"kernel.impl": impl, "kernel.chunk_size": 16 if impl == "pallas" else 4, "use_short_conv": True})
     if name == "ccq-gla":

@@ -8,14 +8,17 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from flax import nnx
 
 from ccq_jax.models import get_config
+from ccq_jax.ops import OpsAxes
+from tests.train.tiny_run import tiny_config
 from train.optim import OptimConfig, make_optimizer
-from train.sharding import MeshConfig, make_mesh
+from train.sharding import OPS_AXES, RULES, MeshConfig, make_mesh
 from train.data import DataConfig
 from train.data.synthetic import SyntheticBatches
-from train.step import (abstract_state, compile_steps, compile_train_calls, init_state, make_eval_step,
-                        make_train_step)
+from train.step import (abstract_state, build_train_call, compile_steps, compile_train_calls, init_state,
+                        make_eval_step, make_train_step)
 
 
 def _raw_step_and_state(param_dtype, grad_accum=1, skip_nonfinite=False, loss_chunk_len=0, dtype="bfloat16"):
@@ -117,3 +120,17 @@ def test_abstract_state_is_what_init_state_builds():
     describe = lambda tree: [(x.shape, x.dtype, x.sharding) for x in jax.tree.leaves(tree)]
     assert describe((others, state)) == describe((abstract_others, abstract))
     assert jax.tree.structure((others, state)) == jax.tree.structure((abstract_others, abstract))
+
+
+def test_the_train_call_builds_its_model_splitting_over_the_axes_of_train_sharding():
+    """`build_train_call`, every trainer's recipe (the loop, ccq-compile, the benchmarks, the MQAR sweep's
+    members), builds the model the train and eval steps run with the ops' axes `train.sharding` derives from its
+    rules: its reads' kernel policy and its short convolutions."""
+    assert OPS_AXES == OpsAxes(batch=dict(RULES)["batch"], heads=dict(RULES)["heads"], context="context")
+    cfg = tiny_config(model_overrides={"num_hidden_layers": 1, "hidden_size": 32, "use_short_conv": True})
+    assert cfg.model_config.kernel.axes == OpsAxes()  # the model as users name it: no mesh in it
+    built = build_train_call(cfg, make_mesh(cfg.mesh), abstract=True)
+    model = nnx.merge(built.graphdef, built.state.params, built.others)
+    found = [getattr(m, "kernel_policy", m).axes for _, m in nnx.iter_graph(model)
+             if hasattr(m, "kernel_policy") or type(m).__name__ == "ShortConvolution"]
+    assert len(found) == 4 and set(found) == {OPS_AXES}  # one layer's reads and its three convolutions

@@ -110,10 +110,10 @@ def _jitted(fn, static):
     return jax.jit(fn, static_argnames=static)
 
 
-def prepare(op, table, impl, call, *, static, config):
+def prepare(op, table, impl, call, *, static, config, axes):
     """The jitted function of the implementation `impl` picks for `call` (a kernel run on each device's slice
-    under a mesh, `sharding.local`), and the keyword options it takes: chunk_size (chunked forms), interpret and
-    config (kernels); static: the op's own static argument names."""
+    of the current mesh split over `axes`, `sharding.local`), and the keyword options it takes: chunk_size
+    (chunked forms), interpret and config (kernels); static: the op's own static argument names."""
     name, chosen = choose(op, table, impl, call)
     options = {}
     if call.chunk_size is not None:
@@ -125,7 +125,7 @@ def prepare(op, table, impl, call, *, static, config):
     elif config is not None or call.interpret is not None:
         raise ValueError(f"config, interpret: impl={name!r} runs no kernels; leave them unset")
     fn = _jitted(chosen.fn, tuple(static) + tuple(options))
-    return (sharding.local(fn) if chosen.kernel else fn), options
+    return (sharding.local(fn, axes) if chosen.kernel else fn), options
 
 
 def call_of(*inputs, chunk_size, interpret):

@@ -61,13 +61,13 @@ _SIGMA = ReadPolicy("sigma")
 
 
 def _read(q, k, lam, read, *, centered, normalize_keys, initial_stats, segment_ids, impl, chunk_size, config,
-          interpret):
+          interpret, axes):
     """One form of the read chosen by `impl` on validated q, k, lam and policy; returns (its output, final stats)."""
     b, t, h, dk = q.shape
     call = dispatch.call_of(q, k, chunk_size=chunk_size, interpret=interpret)
     policy = policy_options(read, impl)
     fn, options = dispatch.prepare("ccq_query", IMPLEMENTATIONS, impl, call, static=(*STATIC, *policy),
-                                   config=config)
+                                   config=config, axes=axes)
     return fn(q, k, lam, centered=bool(centered), normalize_keys=bool(normalize_keys),
               initial_stats=validate.stats(initial_stats, b, h, dk), docs=validate.documents(segment_ids, b, t),
               **policy, **options)
@@ -76,7 +76,7 @@ def _read(q, k, lam, read, *, centered, normalize_keys, initial_stats, segment_i
 @sharding.splits_sequence(context_maps)
 def ccq_query(q, k, lam, *, read=None, centered=True, normalize_keys=True, initial_stats=None,
               output_final_stats=False, segment_ids=None, impl="chunk", chunk_size=None, config=None,
-              interpret=None):
+              interpret=None, axes=None):
     """The CCQ read: q_clean_t = q_t - lam_t * Sigma_t q_t (the paper's), or another policy of the same Sigma_t.
 
     Sigma_t = C_t / n_t - (m_t / n_t)(m_t / n_t)^T (second term only when `centered`), with
@@ -90,13 +90,15 @@ def ccq_query(q, k, lam, *, read=None, centered=True, normalize_keys=True, initi
 
     context_axis: inside `jax.shard_map`, with T split over that mesh axis: each device's tokens as the
     unsplit op would give them, and its shard's final statistics (`ccq_jax.ops.sharding`).
+    axes: the mesh axes the op splits over under the current mesh (`ccq_jax.ops.OpsAxes`; None: none, the op
+    runs as it is whatever the mesh).
     """
     q, k, _, (b, t, h, _, _) = validate.qkv(q, k)
     read = validate.read_policy(read)
     lam = validate.ccq_gate(lam, b, t, h, read)
     q_clean, final = _read(q, k, lam, read, centered=centered, normalize_keys=normalize_keys,
                            initial_stats=initial_stats, segment_ids=segment_ids, impl=impl, chunk_size=chunk_size,
-                           config=config, interpret=interpret)
+                           config=config, interpret=interpret, axes=axes)
     return q_clean, (final if output_final_stats else None)
 
 
@@ -107,10 +109,11 @@ def covariance_context_maps(shard, x, k, **options):
 
 @sharding.splits_sequence(covariance_context_maps)
 def covariance_apply(x, k, *, centered=True, normalize_keys=True, initial_stats=None, output_final_stats=False,
-                     segment_ids=None, impl="chunk", chunk_size=None):
+                     segment_ids=None, impl="chunk", chunk_size=None, axes=None):
     """Sigma_t x_t for per-token vectors x [B, T, H, K] (fp32, or fp64 for fp64 inputs): the CCQ statistics of the
     keys k [B, T, H, K] (`ccq_query`'s Sigma_t, same conventions) applied to x, the product every read policy
-    is built from. impl: "recurrent", "chunk" or "scan".
+    is built from. impl: "recurrent", "chunk" or "scan"; axes: as `ccq_query`'s (the sequence split over
+    `axes.context`; XLA partitions the rest).
     Returns (Sigma x [B, T, H, K], final_stats CCQStats or None).
     """
     x, k, _, (b, t, h, _, _) = validate.qkv(x, k)
@@ -119,12 +122,12 @@ def covariance_apply(x, k, *, centered=True, normalize_keys=True, initial_stats=
     x = x.astype(jnp.result_type(jnp.float32, x.dtype))
     out, final = _read(x, k, jnp.zeros((b, t, h), x.dtype), _SIGMA, centered=centered,
                        normalize_keys=normalize_keys, initial_stats=initial_stats, segment_ids=segment_ids,
-                       impl=impl, chunk_size=chunk_size, config=None, interpret=None)
+                       impl=impl, chunk_size=chunk_size, config=None, interpret=None, axes=axes)
     return out, (final if output_final_stats else None)
 
 
 def call_fused(op, table, inputs, dims, *, read, scale, initial_state, initial_stats, output_final_state,
-               output_final_stats, centered, normalize_keys, segment_ids, impl, chunk_size, config, interpret):
+               output_final_stats, centered, normalize_keys, segment_ids, impl, chunk_size, config, interpret, axes):
     """A fused CCQ op (`ccq_gla`, `ccq_gated_delta_rule`) on validated inputs (q, k, the backbone's others, lam)
     of dims (B, T, H, K, V) and read policy: the rest validated, the implementation chosen from `table`, the
     outputs kept as asked.
@@ -132,7 +135,8 @@ def call_fused(op, table, inputs, dims, *, read, scale, initial_state, initial_s
     b, t, h, dk, dv = dims
     call = dispatch.call_of(*inputs[:3], chunk_size=chunk_size, interpret=interpret)
     policy = policy_options(read, impl)
-    fn, options = dispatch.prepare(op, table, impl, call, static=("scale", *STATIC, *policy), config=config)
+    fn, options = dispatch.prepare(op, table, impl, call, static=("scale", *STATIC, *policy), config=config,
+                                   axes=axes)
     o, (state, stats) = fn(*inputs, scale=validate.scale(scale, dk),
                            initial_state=validate.state(initial_state, b, h, dk, dv),
                            initial_stats=validate.stats(initial_stats, b, h, dk), centered=bool(centered),

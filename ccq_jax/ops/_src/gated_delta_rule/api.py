@@ -39,7 +39,7 @@ def context_maps(shard, q, k, v, g, beta, *, segment_ids, **options):
 
 @sharding.splits_sequence(context_maps)
 def gated_delta_rule(q, k, v, g, beta, *, scale=None, initial_state=None, output_final_state=False,
-                     segment_ids=None, impl="chunk", chunk_size=None, config=None, interpret=None):
+                     segment_ids=None, impl="chunk", chunk_size=None, config=None, interpret=None, axes=None):
     """Gated delta rule (fla's): S = exp(g_t) S; u_t = beta_t (v_t - S^T k_t); S = S + k_t u_t^T; o_t = scale S^T q_t.
 
     q, k: [B, T, H, K]; v: [B, T, H, V]; g (log decay <= 0), beta (in [0, 2]): [B, T, H].
@@ -47,11 +47,13 @@ def gated_delta_rule(q, k, v, g, beta, *, scale=None, initial_state=None, output
 
     context_axis: inside `jax.shard_map`, with T split over that mesh axis: each device's tokens as the
     unsplit op would give them, and its shard's final state (`ccq_jax.ops.sharding`).
+    axes: the mesh axes the op splits over under the current mesh (`ccq_jax.ops.OpsAxes`; None: none, the op
+    runs as it is whatever the mesh).
     """
     q, k, v, g, beta, (b, t, h, dk, dv) = validate.delta_inputs(q, k, v, g, beta)
     call = dispatch.call_of(q, k, v, chunk_size=chunk_size, interpret=interpret)
     fn, options = dispatch.prepare("gated_delta_rule", IMPLEMENTATIONS, impl, call, static=("scale",),
-                                   config=config)
+                                   config=config, axes=axes)
     o, final = fn(q, k, v, g, beta, scale=validate.scale(scale, dk),
                   initial_state=validate.state(initial_state, b, h, dk, dv), docs=validate.documents(segment_ids, b, t),
                   **options)

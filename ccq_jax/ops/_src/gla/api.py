@@ -28,7 +28,7 @@ def context_maps(shard, q, k, v, g, *, segment_ids, **options):
 
 @sharding.splits_sequence(context_maps)
 def gla(q, k, v, g, *, scale=None, initial_state=None, output_final_state=False, segment_ids=None, impl="chunk",
-        chunk_size=None, config=None, interpret=None):
+        chunk_size=None, config=None, interpret=None, axes=None):
     """Gated linear attention: S_t = diag(exp(g_t)) S_{t-1} + k_t v_t^T, o_t = scale * S_t^T q_t.
 
     q, k, g: [B, T, H, K] (g = log decay <= 0 per key channel); v: [B, T, H, V].
@@ -38,10 +38,13 @@ def gla(q, k, v, g, *, scale=None, initial_state=None, output_final_state=False,
 
     context_axis: inside `jax.shard_map`, with T split over that mesh axis: each device's tokens as the
     unsplit op would give them, and its shard's final state (`ccq_jax.ops.sharding`).
+    axes: the mesh axes the op splits over under the current mesh (`ccq_jax.ops.OpsAxes`; None: none, the op
+    runs as it is whatever the mesh).
     """
     q, k, v, g, (b, t, h, dk, dv) = validate.gla_inputs(q, k, v, g)
     call = dispatch.call_of(q, k, v, chunk_size=chunk_size, interpret=interpret)
-    fn, options = dispatch.prepare("gla", IMPLEMENTATIONS, impl, call, static=("scale",), config=config)
+    fn, options = dispatch.prepare("gla", IMPLEMENTATIONS, impl, call, static=("scale",), config=config,
+                                  axes=axes)
     o, final = fn(q, k, v, g, scale=validate.scale(scale, dk), initial_state=validate.state(initial_state, b, h, dk,
                   dv),
                   docs=validate.documents(segment_ids, b, t), **options)
