@@ -315,3 +315,23 @@ def shard_map_check(impls, cpu_devices=None):
     rows = out.stdout.strip().splitlines()
     assert len(rows) == len(impls) * (5 * 2 + 1) + 1, out.stdout  # 5 ops two ways, the shared state; the worst
     return float(rows[-1].split()[-1])
+
+
+def import_cycle(graph: dict) -> list:
+    """The first cycle of the directed graph {module: modules it imports} (a depth-first search in sorted order),
+    as [m, ..., m]; [] when there is none. The house-rule tests' shared check."""
+    state, cycles = {}, []
+
+    def visit(m, stack):
+        state[m] = "open"
+        for d in sorted(graph[m]):
+            if state.get(d) == "open":
+                cycles.append(stack[stack.index(d):] + [d])
+            elif d not in state:
+                visit(d, stack + [d])
+        state[m] = "done"
+
+    for m in sorted(graph):
+        if m not in state:
+            visit(m, [m])
+    return cycles[0] if cycles else []

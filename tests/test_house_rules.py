@@ -6,6 +6,8 @@ applications (train, eval, study, benchmarks), and eval never imports train."""
 import ast
 import pathlib
 
+from tests.builders import import_cycle
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PACKAGES = ("ccq_jax", "pallas_kernels", "train", "eval", "study", "benchmarks", "tests")
 LIBRARY = ("ccq_jax", "pallas_kernels")
@@ -81,21 +83,8 @@ def test_no_import_cycle():
     graph = {m: _imports(ast.parse(p.read_text()), paths.keys()) - {m} for m, p in paths.items()}
     for m in graph:  # a package's __init__ runs before its submodules: importing a.b imports a
         graph[m] = {d for dep in graph[m] for d in _with_parents(dep, paths)} - {m} - set(_with_parents(m, paths))
-    state, cycle = {}, []
-
-    def visit(m, stack):
-        state[m] = "open"
-        for d in sorted(graph[m]):
-            if state.get(d) == "open":
-                cycle.append(stack[stack.index(d):] + [d])
-            elif d not in state:
-                visit(d, stack + [d])
-        state[m] = "done"
-
-    for m in sorted(graph):
-        if m not in state:
-            visit(m, [m])
-    assert not cycle, cycle[0]
+    cycle = import_cycle(graph)
+    assert not cycle, cycle
 
 
 def _project_imports(path):

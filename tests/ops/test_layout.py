@@ -6,6 +6,8 @@ wing's modules form no import cycle."""
 import ast
 import pathlib
 
+from tests.builders import import_cycle
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 WING = "ccq_jax.ops"
 SRC = f"{WING}._src"
@@ -91,18 +93,5 @@ def test_no_import_cycle_in_the_wing():
         chain = {".".join(parts[:i]) for i in range(1, len(parts) + 1)} & wing.keys()
         own = {".".join(module.split(".")[:i]) for i in range(1, len(module.split(".")) + 1)}
         graph[module] |= chain - own
-    state, cycles = {}, []
-
-    def visit(m, stack):
-        state[m] = "open"
-        for d in sorted(graph[m]):
-            if state.get(d) == "open":
-                cycles.append(stack[stack.index(d):] + [d])
-            elif d not in state:
-                visit(d, stack + [d])
-        state[m] = "done"
-
-    for m in sorted(graph):
-        if m not in state:
-            visit(m, [m])
-    assert not cycles, cycles[0]
+    cycle = import_cycle(graph)
+    assert not cycle, cycle
