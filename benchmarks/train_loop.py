@@ -10,7 +10,8 @@ A case is a `TrainConfig` (below; `--set` overrides it as `ccq-train` does). Thr
   `--probe` steps, synchronised), the device's share;
 - `loop_steps_per_s`: `train.loop.train` itself, from its metrics: the median over log rows
   (after the first, which holds the compilation) of tokens/s over tokens per step.
-MFU counts 6 N FLOPs per token against `--peak-tflops` (dense bf16, H100/H200: 989). The same
+MFU (`ccq_jax.models.flops`: the weights' products and the mixers' own work; `mfu_6n`: 6 N as before)
+against `--peak-tflops` (dense bf16, H100/H200: 989). The same
 script runs against an older checkout (PYTHONPATH=that tree) to give the "before" numbers: it
 only uses `train.loop.train` and the pipeline there, and sets `steps_per_call` only where the
 config has it.
@@ -30,6 +31,7 @@ import jax.numpy as jnp
 from ccq_jax import configlib
 from ccq_jax.configlib import parse_overrides
 from ccq_jax.models import count_params
+from ccq_jax.models.flops import mfu, train_flops_per_token
 from train.config import TrainConfig, apply_overrides, fit_vocab
 from train.data import build_pipeline
 from train.loop import train
@@ -140,7 +142,8 @@ def main(argv=None):
         overrides.pop("steps_per_call", None)  # an older checkout: one step per call
     cfg = case_config(a.case, overrides)
     mesh = make_mesh(cfg.mesh)
-    n_params = count_params(fit_vocab(cfg, build_pipeline(cfg.data).vocab_size))
+    model_cfg = fit_vocab(cfg, build_pipeline(cfg.data).vocab_size)
+    n_params = count_params(model_cfg)
     result = {"case": a.case, "label": a.label, "params": n_params, "device": jax.devices()[0].device_kind,
               "steps_per_call": getattr(cfg, "steps_per_call", 1), "batch": cfg.data.batch_size,
               "seq_len": cfg.data.seq_len, "model": cfg.model, "overrides": overrides}
@@ -149,13 +152,14 @@ def main(argv=None):
     with tempfile.TemporaryDirectory() as tmp:
         result.update(loop_rate(cfg, pathlib.Path(tmp)))
     result["loop_ms_per_step"] = 1e3 / result["loop_steps_per_s"]
-    result["mfu"] = 6 * n_params * result["loop_tokens_per_s"] / (a.peak_tflops * 1e12 * jax.device_count())
+    result.update(mfu(train_flops_per_token(model_cfg, cfg.data.seq_len), n_params, result["loop_tokens_per_s"],
+                      a.peak_tflops * 1e12 * jax.device_count()))
     print(json.dumps(result))
     alone = f"data {result['data_ms']:.2f} ms/batch, step {result['step_ms']:.2f} ms alone, " if a.probe else ""
     print(f"{a.case} {a.label} {cfg.model}: {n_params / 1e6:.1f}M params, {alone}"
           f"loop {result['loop_steps_per_s']:.1f} steps/s "
           f"({result['loop_ms_per_step']:.2f} ms/step, {result['loop_tokens_per_s']:,.0f} tokens/s, "
-          f"MFU {result['mfu']:.1%})")
+          f"MFU {result.get('mfu', float('nan')):.1%})")
     if a.out:
         pathlib.Path(a.out).parent.mkdir(parents=True, exist_ok=True)
         with open(a.out, "a") as f:

@@ -11,7 +11,8 @@ fresh batch of random tokens per step. After `--warmup` compiled steps, `--steps
 first warm-up step's time (`first_step_s`: trace, compile, run) and the XLA compilations in the warm-up
 (`xla_compile_s`) show what `--scan-layers` saves. Memory: the allocator's peak (`peak_GiB`, which includes
 what XLA's autotuning allocated while compiling) and XLA's plan of the compiled step (`planned_GiB`). MFU
-counts 6 N FLOPs per token against `--peak-tflops` (dense bf16 of an H100/H200: 989). Results go to stdout as
+counts `ccq_jax.models.flops`' FLOPs per token (the weights' products and the mixers' own work; `mfu_6n`: 6 N as
+before) against `--peak-tflops` (dense bf16 of an H100/H200: 989). Results go to stdout as
 a table and, with --out, as JSON lines; a preset that fails (e.g. out of memory) gets a row with its error and
 the others still run. `--memory-only` compiles the step on the current backend and reports XLA's planned
 buffers instead (on a CPU these are the CPU compiler's totals, not a GPU's peak: gla-1.3b with `--attn-impl
@@ -29,6 +30,7 @@ import numpy as np
 
 from benchmarks.tools.compilation import CompileCounter
 from ccq_jax.models import count_params, get_config
+from ccq_jax.models.flops import mfu, train_flops_per_token
 from train.config import TrainConfig
 from train.optim import OptimConfig
 from train.sharding import MeshConfig, batch_sharding, make_mesh
@@ -95,7 +97,7 @@ def measure(preset, batch_size, seqlen, steps, warmup, peak_tflops, attn_impl, p
     tokens_per_s = batch_size * seqlen / seconds
     peak = max((d.memory_stats() or {}).get("peak_bytes_in_use", 0) for d in mesh.devices.flat)
     return {"preset": preset, "params_M": n / 1e6, "step_ms": 1e3 * seconds, "tokens_per_s": tokens_per_s,
-            "mfu": 6 * n * tokens_per_s / (peak_tflops * 1e12) if peak_tflops else None,
+            **{"mfu": None, **mfu(train_flops_per_token(cfg, seqlen), n, tokens_per_s, peak_tflops * 1e12)},
             "peak_GiB": peak / 2**30, **planned_memory(train_step, state, batches[-1]),
             "loss": float(metrics["loss"]), "compiles_in_timed_steps": len(compiles.seconds),
             "first_step_s": ends[0] if ends else None, "xla_compile_s": sum(warmup_compiles.seconds), **settings}
@@ -155,8 +157,8 @@ def main(argv=None):
         if "error" in r:
             print(f"{r['preset']:16s} failed: {r['error'][:100]}")
             continue
-        mfu = f"{r['mfu']:.0%}" if r["mfu"] is not None else "-"
-        print(f"{r['preset']:16s} {r['params_M']:7.1f}M {r['step_ms']:9.1f} {r['tokens_per_s']:10,.0f} {mfu:>6s} "
+        mfu_text = f"{r['mfu']:.0%}" if r["mfu"] is not None else "-"
+        print(f"{r['preset']:16s} {r['params_M']:7.1f}M {r['step_ms']:9.1f} {r['tokens_per_s']:10,.0f} {mfu_text:>6s} "
               f"{r['peak_GiB']:9.1f} {r['planned_GiB']:12.1f} {r['first_step_s'] or 0:11.1f}")
 
 

@@ -37,6 +37,7 @@ from ccq_jax.cli import user_path
 from ccq_jax.checkpoint_format import checkpoint_step_dir, read_train_config
 from ccq_jax.engagement import read_engagement
 from ccq_jax.models import count_params
+from ccq_jax.models.flops import FlopCount, mfu, train_flops_per_token
 from ccq_jax.progress import progress as progress_bar
 from train.checkpoint import Checkpointer, resume_conflicts
 from train.config import TrainConfig, fit_vocab
@@ -169,12 +170,13 @@ class _Reporter:
     A call's metrics are read once the next call is queued, so the device never waits for the host.
     """
 
-    def __init__(self, cfg: TrainConfig, writer: MetricsWriter, bar, n_params: int, start: int, resumed: str = ""):
+    def __init__(self, cfg: TrainConfig, writer: MetricsWriter, bar, n_params: int, flops: FlopCount, start: int,
+                 resumed: str = ""):
         """resumed: what a non-finite first step says of the checkpoint it resumed from ("": not resumed)."""
         self.cfg, self.writer, self.bar = cfg, writer, bar
         self.start, self.resumed = start, resumed
         self.lr = learning_rate(cfg.optim, cfg.steps)
-        self.flops_per_token = 6 * n_params
+        self.n_params, self.flops = n_params, flops  # MFU's numerators (`ccq_jax.models.flops`)
         self.peak = _peak_flops(cfg) * jax.device_count()
         self.rates = ReadRates(start, cfg.data.batch_size * cfg.data.seq_len)
         self.pending = None  # (first step, number of steps, stacked metrics) of the call in flight
@@ -217,8 +219,7 @@ class _Reporter:
             if done % self.cfg.log_every == 0 or done == self.cfg.steps:
                 row = {"loss": m["loss"][i], "grad_norm": m["grad_norm"][i], "lr": float(self.lr(step)),
                        "tokens_per_s": tokens_per_s, "peak_memory_gib": _peak_memory_gib()}
-                if self.peak:
-                    row["mfu"] = self.flops_per_token * tokens_per_s / self.peak
+                row.update(mfu(self.flops, self.n_params, tokens_per_s, self.peak))
                 if m["recall_scored"][i]:
                     row[accuracy_name(self.cfg)] = m["recall_correct"][i] / m["recall_scored"][i]
                 self.writer.write(done, row)
@@ -326,7 +327,7 @@ def _train(cfg: TrainConfig, workdir: pathlib.Path, progress: bool, preempted: _
         bar = progress_bar(total=cfg.steps, initial=start, desc=cfg.name, disable=not progress or not main_process)
         cleanup.callback(bar.close)
         resumed = "" if resume is None else resumed_note(ckpt.directory, start, ckpt.manager.all_steps())
-        report = _Reporter(cfg, writer, bar, n_params, start, resumed)
+        report = _Reporter(cfg, writer, bar, n_params, train_flops_per_token(mcfg, cfg.data.seq_len), start, resumed)
         step = start
         while step < cfg.steps:
             n = _call_length(cfg, step)
