@@ -282,6 +282,16 @@ def list_as_q(mode):
     return run
 
 
+def misspelt_axis(mode):
+    """`axes` naming an axis the current mesh lacks (a one-device mesh with a `data` axis)."""
+    def run(_scratch):
+        x = op_inputs()
+        fn = lambda x: ops.gla(x["q"], x["k"], x["v"], x["g"], axes=ops.OpsAxes(batch=("dta",)))  # noqa: E731
+        with jax.set_mesh(jax.make_mesh((1,), ("data",))):
+            return finite(fn(x) if mode == "eager" else jax.jit(fn)(x)) and None
+    return run
+
+
 def agree(op, change, impls=("recurrent", "chunk", "scan"), tol=1e-4):
     """Accepted inputs: every impl gives the recurrence's output."""
     def run(_scratch):
@@ -319,6 +329,8 @@ def ops_cases() -> list[Case]:
             cases.append(Case("ops", f"{op}: {what} ({mode})", op_run(op, change, mode, **options), words,
                               jit_gap=mode == "jit"))
     cases += [Case("ops", f"gla: q a nested list ({mode})", list_as_q(mode), ("q", "list")) for mode in ("eager", "jit")]
+    cases += [Case("ops", f"gla: axes naming an axis the mesh lacks ({mode})", misspelt_axis(mode), ("axes", "dta"))
+              for mode in ("eager", "jit")]
     cases += [
         Case("ops", "gla: bf16 q with fp32 k, v, g (promoted to fp32)", mixed_dtypes),
         Case("ops", "gla: float64 inputs (x64 off: computed in fp32)", float64_inputs),
