@@ -46,38 +46,42 @@ def _inside(x, lo, hi):
     return (x >= (-np.inf if lo is None else lo)) & (x <= (np.inf if hi is None else hi))
 
 
+def _first_bad(x, ok_of, expected):
+    """The value checks' one mechanism: (index, value) of the first element of x where `ok_of` (elementwise, on
+    NumPy or JAX arrays) is False, None when there is none. A traced x has no values: under
+    `ccq_jax.ops.checked` the check is emitted as a checkify check whose message is `expected` and the bad value,
+    else skipped; either way None."""
+    if isinstance(x, jax.core.Tracer):
+        if traced_checks_on():
+            ok = jnp.ravel(ok_of(x))
+            checkify.check(jnp.all(ok), expected + " {bad}", bad=jnp.ravel(x)[jnp.argmin(ok)])
+        return None
+    with jax.ensure_compile_time_eval():  # a concrete array inside a trace (a closed-over constant) stays concrete
+        ok = ok_of(x)
+        if bool(jnp.all(ok)):  # reduced on the device: only a failing array comes to the host
+            return None
+    where = tuple(int(i) for i in np.argwhere(~np.asarray(ok))[0])
+    return list(where), float(np.asarray(x, np.float64)[where])
+
+
 def in_range(name, x, lo, hi, meaning):
     """Values of x must lie in [lo, hi] (either bound may be None); checked on concrete arrays, and on traced ones
     as a checkify check under `ccq_jax.ops.checked`."""
     expected = f"{name}: expected values in [{lo if lo is not None else '-inf'}, {hi if hi is not None else 'inf'}] " \
                f"({meaning}); found"
-    if isinstance(x, jax.core.Tracer):
-        if traced_checks_on():
-            ok = jnp.ravel(_inside(x, lo, hi))
-            checkify.check(jnp.all(ok), expected + " {bad}", bad=jnp.ravel(x)[jnp.argmin(ok)])
-        return
-    arr = np.asarray(jax.device_get(x), dtype=np.float64)
-    ok = _inside(arr, lo, hi)
-    if not ok.all():
-        raise ValueError(f"{expected} {arr[~ok].flat[0]}")
+    bad = _first_bad(x, lambda a: _inside(a, lo, hi), expected)
+    if bad is not None:
+        raise ValueError(f"{expected} {bad[1]}")
 
 
 def finite(name, x):
     """Values of x must be finite: a NaN or inf in one token's q, k or v reaches other tokens' outputs in the
     chunked and kernel forms (their masked intra-chunk products give 0 * inf = NaN), so it is refused rather than
-    left to give a form-dependent result. Checked like `in_range`: concrete arrays at once, traced ones under
-    `ccq_jax.ops.checked`."""
+    left to give a form-dependent result. Checked like `in_range`."""
     expected = f"{name}: expected finite values (no NaN or inf); found"
-    if isinstance(x, jax.core.Tracer):
-        if traced_checks_on():
-            ok = jnp.ravel(jnp.isfinite(x))
-            checkify.check(jnp.all(ok), expected + " {bad}", bad=jnp.ravel(x)[jnp.argmin(ok)])
-        return x
-    ok = jnp.isfinite(x)
-    if not bool(jnp.all(ok)):
-        where = tuple(int(i) for i in np.argwhere(~np.asarray(ok))[0])
-        raise ValueError(f"{expected} {float(x[where])} at index {list(where)}")
-    return x
+    bad = _first_bad(x, jnp.isfinite, expected)
+    if bad is not None:
+        raise ValueError(f"{expected} {bad[1]} at index {bad[0]}")
 
 
 def qkv(q, k, v=None):
@@ -91,7 +95,8 @@ def qkv(q, k, v=None):
     finite("k", k)
     if v is None:
         return q, k, None, (b, t, h, dk, None)
-    v = finite("v", shaped("v", floating("v", v), (b, t, h, None), "BTHV"))
+    v = shaped("v", floating("v", v), (b, t, h, None), "BTHV")
+    finite("v", v)
     return q, k, v, (b, t, h, dk, v.shape[-1])
 
 
