@@ -240,6 +240,20 @@ class Shard(NamedTuple):
         """The shard's map with the dense transition `a` [B, H, K, K] and its own final state `own`."""
         return Dense(_expand(self.passes, a).astype(a.dtype) * a, own)
 
+    def widened(self, run, k, v):
+        """The shard's `Dense` map of a delta rule, whose state evolves one value column at a time under one K x K
+        transition M: `run(values, start)` (the op on the shard with values v and initial state start, returning its
+        final state) on v widened by K zero columns, from the state [0 | I]. A column written nothing that starts at
+        e_i ends at M e_i, so the last K columns of the final state are M, the first V the shard's own state."""
+        b, _, h, dk = k.shape
+        dv = v.shape[-1]
+        f = accum_dtype(k, v)
+        values = jnp.concatenate([v, jnp.zeros((*v.shape[:3], dk), v.dtype)], axis=-1)
+        start = jnp.concatenate([jnp.zeros((b, h, dk, dv), f), jnp.broadcast_to(jnp.eye(dk, dtype=f), (b, h, dk, dk))],
+                                axis=-1)
+        final = run(values, start)
+        return self.dense(final[..., dv:], final[..., :dv])
+
     def counts(self, own):
         """The map of undecayed sums (the CCQ statistics): the incoming sums pass or are dropped."""
         return Diagonal(self.passes.astype(accum_dtype(*jax.tree.leaves(own))), own)

@@ -1,12 +1,9 @@
 """`gated_delta_rule`: validation, the implementations `impl=` chooses from, the public function."""
 
-import jax.numpy as jnp
-
 from ... import sharding
 from .. import dispatch
 from ..dispatch import Implementation
 from ..xla import validate
-from ..xla.numerics import accum_dtype
 from . import pallas_mosaic_gpu, pallas_mosaic_tpu, pallas_triton, reference
 
 IMPLEMENTATIONS = {
@@ -23,18 +20,11 @@ IMPLEMENTATIONS = {
 
 def context_maps(shard, q, k, v, g, beta, *, segment_ids, **options):
     """The shard's map (`sharding.splits_sequence`): a dense K x K transition and the shard's own final state, both from
-    one run of the op itself (options: its scale, impl, ...) on values widened by K zero columns from the state
-    [0 | I]: the delta rule acts on each value column alone, so the last K columns of its final state are the
-    transition applied to the identity."""
-    b, t, h, dk = k.shape
-    dv = v.shape[-1]
-    f = accum_dtype(k, v)
-    values = jnp.concatenate([v, jnp.zeros((b, t, h, dk), v.dtype)], axis=-1)
-    start = jnp.concatenate([jnp.zeros((b, h, dk, dv), f), jnp.broadcast_to(jnp.eye(dk, dtype=f), (b, h, dk, dk))],
-                            axis=-1)
-    _, final = gated_delta_rule(q, k, values, g, beta, initial_state=start, output_final_state=True,
-                                segment_ids=segment_ids, **options)
-    return {"initial_state": shard.dense(final[..., dv:], final[..., :dv])}
+    one run of the op itself (options: its scale, impl, ...) on values widened from the state [0 | I]
+    (`Shard.widened`): the delta rule acts on each value column alone."""
+    run = lambda values, start: gated_delta_rule(q, k, values, g, beta, initial_state=start, output_final_state=True,
+                                                 segment_ids=segment_ids, **options)[1]
+    return {"initial_state": shard.widened(run, k, v)}
 
 
 @sharding.splits_sequence(context_maps)

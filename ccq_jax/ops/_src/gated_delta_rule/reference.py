@@ -13,6 +13,7 @@ import jax.numpy as jnp
 
 from ..xla.chunking import doc_masks, from_chunks, masked_exp, mm, segment_sum, suffix_sum, to_chunks
 from ..xla.numerics import HIGHEST, accum_dtype, resets, time_major, vary_like, zero_where
+from ..xla.recurrences import dense_scan, dense_state_pass
 
 
 def recurrent(q, k, v, g, beta, *, scale, initial_state, docs):
@@ -77,15 +78,7 @@ def chunk(q, k, v, g, beta, *, scale, initial_state, docs, chunk_size=64):
     delta = mm("...ck,...cv->...kv", k_to_end, u_v, f)
     transition = mm("...ck,...cl->...kl", k_to_end, w, f)  # [B, H, N, K, K]
 
-    def step(state, x):
-        d, t, dl = x
-        new = d[..., None, None] * state - jnp.einsum("bhkl,bhlv->bhkv", t, state, precision=HIGHEST) + dl
-        return new, state
-
-    move = lambda x: jnp.moveaxis(x, 2, 0)
-    xs = (move(decay), move(transition), move(delta))
-    final, entering = jax.lax.scan(step, vary_like(initial_state.astype(f), xs), xs)
-    entering = jnp.moveaxis(entering, 0, 2)  # [B, H, N, K, V]
+    entering, final = dense_state_pass(decay[..., None, None], transition, delta, initial_state.astype(f))
 
     u = u_v - mm("...ck,...kv->...cv", w, entering, f)
     o_inter = mm("...ck,...kv->...cv", q_from_start, entering, dtype)
@@ -102,12 +95,6 @@ def scan(q, k, v, g, beta, *, scale, initial_state, docs):
     a = keep[..., None, None] * (eye - beta[..., None, None] * k[..., :, None] * k[..., None, :])  # [B, T, H, K, K]
     b = (beta[..., None] * k)[..., None] * v[..., None, :]
     b = b.at[:, 0].add(jnp.einsum("bhkl,bhlv->bhkv", a[:, 0], initial_state.astype(f), precision=HIGHEST))
-
-    def combine(first, second):
-        (a1, b1), (a2, b2) = first, second
-        mm = lambda x, y: jnp.einsum("...kl,...lv->...kv", x, y, precision=HIGHEST)
-        return mm(a2, a1), mm(a2, b1) + b2
-
-    states = jax.lax.associative_scan(combine, (a, b), axis=1)[1]
+    states = dense_scan(a, b)
     o = scale * jnp.einsum("bthk,bthkv->bthv", q, states, precision=HIGHEST)
     return o.astype(v.dtype), states[:, -1]

@@ -8,7 +8,7 @@ resets where it increases), and returns (o in v's dtype, the final state).
 import jax
 import jax.numpy as jnp
 
-from ..xla.chunking import SUB_CHUNK, doc_masks, from_chunks, masked_exp, mm, segment_sum, suffix_sum, to_chunks
+from ..xla.chunking import doc_masks, from_chunks, intra_scores, mm, suffix_sum, to_chunks
 from ..xla.numerics import HIGHEST, accum_dtype, resets, time_major, vary_like, zero_where
 from ..xla.recurrences import diagonal_scan, fold_initial, state_pass
 
@@ -27,43 +27,6 @@ def recurrent(q, k, v, g, *, scale, initial_state, docs):
     return jnp.moveaxis(o, 0, 1).astype(v.dtype), final
 
 
-def _intra_scores(q, k, g, dtype):
-    """A[i, j] = sum_k q_ik k_jk exp(sum_{j < l <= i} g_lk) inside each chunk, 0 above the diagonal.
-
-    Secondary chunking (sub-blocks of 16) keeps every exponent <= 0 and every decay computed
-    from sums of the gates it spans: diagonal sub-blocks use the exact pairwise segment sum;
-    an off-diagonal block factors through the start of the query sub-block, the query side
-    decaying from there (a prefix sum) and the key side up to there (a suffix sum plus whole
-    sub-blocks in between). q, k, g: [..., C, K] -> [..., C, C].
-    """
-    chunk, dk = q.shape[-2:]
-    c = SUB_CHUNK if chunk % SUB_CHUNK == 0 else chunk
-    s = chunk // c
-    f = g.dtype
-    sub = lambda x: x.reshape(*x.shape[:-2], s, c, dk)
-    qs, ks, gs = sub(q.astype(f)), sub(k.astype(f)), sub(g)
-
-    tri = jnp.tril(jnp.ones((c, c), bool))[..., None]
-    pair = masked_exp(segment_sum(gs, axis=-2), tri)  # [..., S, c, c, K]
-    diag = jnp.einsum("...ik,...jk,...ijk->...ij", qs, ks, pair, precision=HIGHEST)
-    scores = diag[..., :, :, None, :] * jnp.eye(s, dtype=f)[:, None, :, None]  # [..., S, c, S, c]
-    scores = scores.reshape(*scores.shape[:-2], chunk)  # [..., S, c, C]
-    if s > 1:
-        totals = jnp.sum(gs, axis=-2)  # [..., S, K]
-        blocks = jnp.arange(s)
-        strictly_between = (blocks[None, None, :] > blocks[None, :, None]) & (blocks[None, None, :] < blocks[:, None, None])
-        between = jnp.einsum("abm,...mk->...abk", strictly_between.astype(f), totals, precision=HIGHEST)  # [..., S, S, K]
-        to_block_end = suffix_sum(gs, axis=-2)  # [..., S(b), c, K]
-        key_exp = to_block_end[..., None, :, :, :] + between[..., :, :, None, :]  # [..., S(a), S(b), c, K]
-        earlier = (blocks[:, None] > blocks[None, :])[:, :, None, None]
-        k_off = ks[..., None, :, :, :] * masked_exp(key_exp, earlier)
-        k_off = k_off.reshape(*k_off.shape[:-4], s, chunk, dk)[..., 1:, :, :]  # [..., S-1, C, K]
-        q_off = qs[..., 1:, :, :] * jnp.exp(jnp.cumsum(gs[..., 1:, :, :], axis=-2))
-        off = mm("...aik,...ajk->...aij", q_off, k_off, dtype)  # [..., S-1, c, C]
-        scores = scores + jnp.pad(off, [(0, 0)] * (off.ndim - 3) + [(1, 0), (0, 0), (0, 0)])
-    return scores.reshape(*scores.shape[:-3], chunk, chunk)
-
-
 def chunk(q, k, v, g, *, scale, initial_state, docs, chunk_size=64):
     """Chunkwise-parallel GLA: intra-chunk scores for all chunks at once, one `lax.scan` of the fp32 state across
     chunks (docs/design.md derives each step)."""
@@ -75,7 +38,7 @@ def chunk(q, k, v, g, *, scale, initial_state, docs, chunk_size=64):
     gc = to_chunks(g, chunk_size).astype(f)  # [B, H, N, C, K]
     gcum = jnp.cumsum(gc, axis=-2)
 
-    scores = jnp.where(m.causal, _intra_scores(qc, kc, gc, dtype), 0)
+    scores = jnp.where(m.causal, intra_scores(qc, kc, gc, dtype), 0)
     o_intra = mm("...ij,...jv->...iv", scores, vc, dtype)
 
     g_last = gcum[..., -1, :]  # [B, H, N, K]

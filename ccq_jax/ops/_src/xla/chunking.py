@@ -88,3 +88,41 @@ def segment_sum(x, axis):
     later = jnp.arange(c)[:, None] > jnp.arange(c)[None, :]  # [l, j]
     out = jnp.cumsum(jnp.where(later, x[..., :, None], 0), axis=-2)  # [..., i, j]
     return jnp.moveaxis(out, (-2, -1), (axis - 1, axis) if axis < 0 else (axis, axis + 1))
+
+
+def intra_scores(q, k, g, dtype):
+    """A[i, j] = sum_k q_ik k_jk exp(sum_{j < l <= i} g_lk) inside each chunk, 0 above the diagonal.
+
+    Secondary chunking (sub-blocks of 16) keeps every exponent <= 0 and every decay computed
+    from sums of the gates it spans: diagonal sub-blocks use the exact pairwise segment sum;
+    an off-diagonal block factors through the start of the query sub-block, the query side
+    decaying from there (a prefix sum) and the key side up to there (a suffix sum plus whole
+    sub-blocks in between). q, k, g: [..., C, K] -> [..., C, C]. GLA's scores, and the generalized delta rule's
+    (a, k) and (q, k) products with their per-channel decays.
+    """
+    chunk, dk = q.shape[-2:]
+    c = SUB_CHUNK if chunk % SUB_CHUNK == 0 else chunk
+    s = chunk // c
+    f = g.dtype
+    sub = lambda x: x.reshape(*x.shape[:-2], s, c, dk)
+    qs, ks, gs = sub(q.astype(f)), sub(k.astype(f)), sub(g)
+
+    tri = jnp.tril(jnp.ones((c, c), bool))[..., None]
+    pair = masked_exp(segment_sum(gs, axis=-2), tri)  # [..., S, c, c, K]
+    diag = jnp.einsum("...ik,...jk,...ijk->...ij", qs, ks, pair, precision=HIGHEST)
+    scores = diag[..., :, :, None, :] * jnp.eye(s, dtype=f)[:, None, :, None]  # [..., S, c, S, c]
+    scores = scores.reshape(*scores.shape[:-2], chunk)  # [..., S, c, C]
+    if s > 1:
+        totals = jnp.sum(gs, axis=-2)  # [..., S, K]
+        blocks = jnp.arange(s)
+        strictly_between = (blocks[None, None, :] > blocks[None, :, None]) & (blocks[None, None, :] < blocks[:, None, None])
+        between = jnp.einsum("abm,...mk->...abk", strictly_between.astype(f), totals, precision=HIGHEST)  # [..., S, S, K]
+        to_block_end = suffix_sum(gs, axis=-2)  # [..., S(b), c, K]
+        key_exp = to_block_end[..., None, :, :, :] + between[..., :, :, None, :]  # [..., S(a), S(b), c, K]
+        earlier = (blocks[:, None] > blocks[None, :])[:, :, None, None]
+        k_off = ks[..., None, :, :, :] * masked_exp(key_exp, earlier)
+        k_off = k_off.reshape(*k_off.shape[:-4], s, chunk, dk)[..., 1:, :, :]  # [..., S-1, C, K]
+        q_off = qs[..., 1:, :, :] * jnp.exp(jnp.cumsum(gs[..., 1:, :, :], axis=-2))
+        off = mm("...aik,...ajk->...aij", q_off, k_off, dtype)  # [..., S-1, c, C]
+        scores = scores + jnp.pad(off, [(0, 0)] * (off.ndim - 3) + [(1, 0), (0, 0), (0, 0)])
+    return scores.reshape(*scores.shape[:-3], chunk, chunk)

@@ -8,7 +8,7 @@ runs it sequentially across chunks, carrying only the fp32 state from one chunk 
 import jax
 import jax.numpy as jnp
 
-from .numerics import vary_like
+from .numerics import HIGHEST, vary_like
 
 
 def diagonal_scan(a, b):
@@ -45,3 +45,34 @@ def state_pass(decay, delta, init):
     xs = (move(decay), jax.tree.map(move, delta))
     final, entering = jax.lax.scan(step, vary_like(init, xs), xs)
     return jax.tree.map(lambda x: jnp.moveaxis(x, 0, 2), entering), final
+
+
+def dense_scan(a, b):
+    """h_t = a_t @ h_{t-1} + b_t along axis 1 by `lax.associative_scan`: a [B, T, ..., K, K] dense transitions, b
+    [B, T, ..., K, V]; returns every h_t."""
+
+    def combine(first, second):
+        (a1, b1), (a2, b2) = first, second
+        mm = lambda x, y: jnp.einsum("...kl,...lv->...kv", x, y, precision=HIGHEST)
+        return mm(a2, a1), mm(a2, b1) + b2
+
+    return jax.lax.associative_scan(combine, (a, b), axis=1)[1]
+
+
+def dense_state_pass(decay, transition, delta, init):
+    """States entering each chunk: S_0 = init, S_{n+1} = decay_n * S_n - transition_n @ S_n + delta_n.
+
+    decay: [B, H, N, ...] broadcast against the state [B, H, K, V] (per head [B, H, N, 1, 1] or per key channel
+    [B, H, N, K, 1]); transition: [B, H, N, K, K]; delta: [B, H, N, K, V]; init: [B, H, K, V].
+    Returns (entering [B, H, N, K, V], final).
+    """
+
+    def step(state, x):
+        d, t, dl = x
+        new = d * state - jnp.einsum("bhkl,bhlv->bhkv", t, state, precision=HIGHEST) + dl
+        return new, state
+
+    move = lambda x: jnp.moveaxis(x, 2, 0)
+    xs = (move(decay), move(transition), move(delta))
+    final, entering = jax.lax.scan(step, vary_like(init, xs), xs)
+    return jnp.moveaxis(entering, 0, 2), final
