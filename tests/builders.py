@@ -92,7 +92,11 @@ def make_inputs(seed, case, t=T, k_norm=False):
 
 ALL_FINAL = {"output_final_state": True, "output_final_stats": True}
 FLAGS = {ops.gla: {"output_final_state": True}, ops.gated_delta_rule: {"output_final_state": True},
-         ops.ccq_query: {"output_final_stats": True}, ops.ccq_gla: ALL_FINAL, ops.ccq_gated_delta_rule: ALL_FINAL}
+         ops.ccq_query: {"output_final_stats": True}, ops.ccq_gla: ALL_FINAL, ops.ccq_gated_delta_rule: ALL_FINAL,
+         **{op: {"output_final_state": True} for op in (ops.generalized_delta_rule, ops.kda, ops.gated_delta_rule_2,
+                                                       ops.qed)},
+         **{op: ALL_FINAL for op in (ops.ccq_generalized_delta_rule, ops.ccq_kda, ops.ccq_gated_delta_rule_2,
+                                     ops.ccq_qed)}}
 
 
 def flags(op):

@@ -1,9 +1,17 @@
-"""Public functional API of ccq-jax: GLA, the gated delta rule, and the CCQ read (fla layouts).
+"""Public functional API of ccq-jax: GLA, the gated delta rule, the generalized delta rule and its family (KDA,
+Gated DeltaNet-2, QED), and the CCQ read (fla layouts).
 
 Shapes: q, k, g (GLA) `[B, T, H, K]`; v `[B, T, H, V]`; per-head gates g (gated delta
 rule), beta and lam `[B, T, H]`; states `[B, H, K, V]` fp32; CCQ statistics `CCQStats(cov
 [B, H, K, K], key_sum [B, H, K], count [B, H])` fp32. Gates are log decays (<= 0). Inputs
 may be bf16 or fp32; states, gate cumsums and statistics are always fp32.
+
+`generalized_delta_rule(q, k, v, g, a)` is the family's one recurrence, S_t = (I - k_t a_t^T) Diag(exp g_t) S_{t-1}
++ k_t v_t^T (g and the erase vector a `[B, T, H, K]`, v the value as written); `kda(..., g, beta)`,
+`gated_delta_rule_2(..., g, b, w)` (erase gate b `[B, T, H, K]`, write gate w `[B, T, H, V]`, both in [0, 1]) and
+`qed(..., g, b, w, lam)` are its named members, and `ccq_generalized_delta_rule`, `ccq_kda`,
+`ccq_gated_delta_rule_2` and `ccq_qed` the same read with the CCQ-cleaned query. These run the reference forms
+("recurrent", "chunk", "scan"); `gated_delta_rule` is the member with a per-head g, a = beta k and v -> beta v.
 
 `impl` chooses the implementation (`IMPLS`): "recurrent" (a token-by-token `lax.scan`, the
 ground truth), "chunk" (chunkwise-parallel XLA, the default), "scan" (`lax.associative_scan`),
@@ -31,10 +39,13 @@ few internals the rest of the repository uses.
 from pallas_kernels.tiles import KernelConfig
 
 from ._src.ccq_gated_delta_rule.api import ccq_gated_delta_rule
+from ._src.ccq_generalized_delta_rule.api import ccq_gated_delta_rule_2, ccq_generalized_delta_rule, ccq_kda, ccq_qed
 from ._src.ccq_gla.api import ccq_gla
 from ._src.ccq_query.api import ccq_query, covariance_apply
 from ._src.dispatch import IMPLS, KERNELS, REFERENCES
 from ._src.gated_delta_rule.api import gated_delta_rule
+from ._src.generalized_delta_rule.api import generalized_delta_rule
+from ._src.generalized_delta_rule.family import gated_delta_rule_2, kda, qed
 from ._src.gla.api import gla
 from ._src.xla.checking import checked
 from ._src.xla.numerics import ccq_keys, doc_ids, l2_normalize
@@ -42,5 +53,6 @@ from ._src.xla.types import READS, CCQStats, ReadPolicy
 from .sharding import OpsAxes
 
 __all__ = ["CCQStats", "IMPLS", "KERNELS", "KernelConfig", "OpsAxes", "READS", "REFERENCES", "ReadPolicy",
-           "ccq_gated_delta_rule", "ccq_gla", "ccq_keys", "ccq_query", "checked", "covariance_apply", "doc_ids",
-           "gated_delta_rule", "gla", "l2_normalize"]
+           "ccq_gated_delta_rule", "ccq_gated_delta_rule_2", "ccq_generalized_delta_rule", "ccq_gla", "ccq_kda",
+           "ccq_keys", "ccq_qed", "ccq_query", "checked", "covariance_apply", "doc_ids", "gated_delta_rule",
+           "gated_delta_rule_2", "generalized_delta_rule", "gla", "kda", "l2_normalize", "qed"]

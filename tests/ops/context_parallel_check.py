@@ -1,6 +1,7 @@
 """Every op with its sequence split over D devices (`context_axis`, `ccq_jax.ops.sharding`) against the
 unsplit op run as the float64 recurrence: outputs, the last shard's final states and statistics, and the gradients
-of every input (initial state and statistics included), for each D given and each impl given.
+of every input (initial state and statistics included), for each D given and each impl given. The generalized delta
+rule's ops (`FAMILY`, no kernels yet) run only when --ops names them.
 
     python -m tests.ops.context_parallel_check recurrent,chunk 2,3,4,8 [--on-mesh] [--ops=gla,ccq_gla] [--read=cg:2]
 
@@ -37,6 +38,10 @@ OPS = {"gla": (ops.gla, ("q", "k", "v", "g"), ("initial_state",)),
        "ccq_gla": (ops.ccq_gla, ("q", "k", "v", "g", "lam"), ("initial_state", "initial_stats")),
        "ccq_gated_delta_rule": (ops.ccq_gated_delta_rule, ("q", "k", "v", "gh", "beta", "lam"),
                                 ("initial_state", "initial_stats"))}
+FAMILY = {"generalized_delta_rule": (ops.generalized_delta_rule, ("q", "k", "v", "g", "a"), ("initial_state",)),
+          "ccq_generalized_delta_rule": (ops.ccq_generalized_delta_rule, ("q", "k", "v", "g", "a", "lam"),
+                                         ("initial_state", "initial_stats")),
+          "qed": (ops.qed, ("q", "k", "v", "g", "b", "w", "lam_qed"), ("initial_state",))}  # only with --ops=
 
 
 def inputs(dtype):
@@ -51,6 +56,9 @@ def inputs(dtype):
     arrays = dict(q=x(B, T, H, K), k=k / np.linalg.norm(k, axis=-1, keepdims=True), v=x(B, T, H, V), g=g,
                   gh=g[..., 0], beta=rng.uniform(0, 1, (B, T, H)), lam=rng.uniform(0, 1, (B, T, H)),
                   initial_state=x(B, H, K, V))
+    arrays.update(a=rng.uniform(0, 1, (B, T, H, K)) * arrays["k"] + 0.2 * x(B, T, H, K),
+                  b=rng.uniform(0, 1, (B, T, H, K)), w=rng.uniform(0, 1, (B, T, H, V)),
+                  lam_qed=rng.uniform(0, 0.25, (B, T, H)))
     cast = lambda a: jnp.asarray(a, dtype)
     stats = ops.CCQStats(cast(np.einsum("bhnk,bhnl->bhkl", keys, keys)), cast(keys.sum(2)), cast(np.full((B, H), 5)))
     return {**{name: cast(a) for name, a in arrays.items()}, "initial_stats": stats}
@@ -124,7 +132,7 @@ def read_policy(text):
 def main(impls, devices, on_mesh, names_of_ops, read=None):
     worst = 0.0
     for name in names_of_ops:
-        op, names, states = OPS[name]
+        op, names, states = {**OPS, **FAMILY}[name]
         if read is not None:
             op = functools.partial(op, read=read)
         scale_lam = lambda x: {**x, "lam": x["lam"] * 4} if read is not None and read.kind == "cg" else x

@@ -99,3 +99,54 @@ def read_policy(q, lam, sigmas, kind, count=1):
             r = r_next
         out[idx] = x
     return out
+
+
+def generalized_delta_rule(q, k, u, g, a, scale, initial_state=None, segment_ids=None):
+    """S = (I - k a^T) Diag(exp g) S + k u^T; o = scale S^T q (u: the written value), with dense K x K matrices."""
+    q, k, u, g, a = (np.asarray(x, np.float64) for x in (q, k, u, g, a))
+    B, T, H, K = q.shape
+    V = u.shape[-1]
+    o = np.zeros((B, T, H, V))
+    final = np.zeros((B, H, K, V))
+    for b in range(B):
+        for h in range(H):
+            S = np.zeros((K, V)) if initial_state is None else np.array(initial_state[b, h], np.float64)
+            for t in range(T):
+                if _new_document(segment_ids, b, t):
+                    S = np.zeros((K, V))
+                transition = (np.eye(K) - np.outer(k[b, t, h], a[b, t, h])) @ np.diag(np.exp(g[b, t, h]))
+                S = transition @ S + np.outer(k[b, t, h], u[b, t, h])
+                o[b, t, h] = scale * S.T @ q[b, t, h]
+            final[b, h] = S
+    return o, final
+
+
+def gdn2(q, k, v, g, b, w, scale, initial_state=None, segment_ids=None):
+    """fla's GDN-2 recurrence: decay per key channel, read at b * k, write w * v minus that read along k."""
+    q, k, v, g, b, w = (np.asarray(x, np.float64) for x in (q, k, v, g, b, w))
+    B, T, H, K = q.shape
+    o = np.zeros(v.shape)
+    final = np.zeros((B, H, K, v.shape[-1]))
+    for i in range(B):
+        for h in range(H):
+            S = np.zeros(final.shape[2:]) if initial_state is None else np.array(initial_state[i, h], np.float64)
+            for t in range(T):
+                if _new_document(segment_ids, i, t):
+                    S = np.zeros_like(S)
+                S = np.exp(g[i, t, h])[:, None] * S
+                erase = (b[i, t, h] * k[i, t, h]) @ S
+                S = S + np.outer(k[i, t, h], w[i, t, h] * v[i, t, h] - erase)
+                o[i, t, h] = scale * S.T @ q[i, t, h]
+            final[i, h] = S
+    return o, final
+
+
+def qed_erase(q, k, b, lam, project=True, gate_query=True):
+    """QED's erase vector a = b * k + lam (I - k k^T) d, d = b * q (or q), per token with explicit K x K matrices."""
+    q, k, b, lam = (np.asarray(x, np.float64) for x in (q, k, b, lam))
+    a = np.zeros(q.shape)
+    for idx in np.ndindex(*q.shape[:3]):
+        d = b[idx] * q[idx] if gate_query else q[idx]
+        p = np.eye(q.shape[-1]) - np.outer(k[idx], k[idx]) if project else np.eye(q.shape[-1])
+        a[idx] = b[idx] * k[idx] + lam[idx] * p @ d
+    return a

@@ -48,6 +48,12 @@ def test_the_read_policies_split_over_3_devices_equal_the_float64_recurrence():
         assert split_check(["chunk"], [3], "--ops=ccq_query,ccq_gla", f"--read={read}") < 1e-12
 
 
+def test_the_generalized_delta_rule_split_over_2_and_3_devices_equals_the_float64_recurrence():
+    # the [0 | I] widening gives its dense K x K shard transition, as for the gated delta rule; QED through it
+    ops_ = "--ops=generalized_delta_rule,ccq_generalized_delta_rule,qed"
+    assert split_check(["chunk"], [2, 3], ops_) < 1e-12
+
+
 def test_the_recurrence_split_over_3_devices_equals_itself_unsplit():
     assert split_check(["recurrent"], [3]) < 1e-12
 

@@ -1,8 +1,12 @@
 """The ops wing's private code, in floors; a module imports only from its own floor or the floors below it:
 
-  ccq_gla/ ccq_gated_delta_rule/   composite ops: the CCQ read feeding a backbone; they import the op packages they
-                                   compose (ccq_query and gla, or ccq_query and gated_delta_rule)
-  gla/ gated_delta_rule/ ccq_query/   the base ops, one package each, never importing a sibling
+  ccq_gla/ ccq_gated_delta_rule/ ccq_generalized_delta_rule/
+                                   composite ops: the CCQ read feeding a backbone; they import the op packages they
+                                   compose (ccq_query and gla, gated_delta_rule or generalized_delta_rule)
+  gla/ gated_delta_rule/ generalized_delta_rule/ ccq_query/
+                                   the base ops, one package each, never importing a sibling (generalized_delta_rule
+                                   also holds its family's named front doors, `family.py`: kda, gated_delta_rule_2,
+                                   qed)
   lm_head/                         the LM head's logits (a separate op: api, pallas_triton)
   pallas/                          what the kernel backends share: the padded layout, the one-token step kernels
                                    (handed each op's recurrence), GLA's Triton custom VJP, the Mosaic TPU helpers

@@ -169,6 +169,15 @@ def gla_inputs(q, k, v, g):
     return q, k, v, g, dims
 
 
+def generalized_inputs(q, k, v, g, a):
+    """(q, k, v, g, a, (B, T, H, K, V)) of a generalized-delta-rule op: g per key channel <= 0, a the erase vector
+    [B, T, H, K] (finite)."""
+    q, k, v, g, dims = gla_inputs(q, k, v, g)
+    a = shaped("a", floating("a", a), g.shape, "BTHK")
+    finite("a", a)
+    return q, k, v, g, a, dims
+
+
 def delta_inputs(q, k, v, g, beta):
     """(q, k, v, g, beta, (B, T, H, K, V)) of a gated-delta-rule op: g per head <= 0, beta in [0, 2]."""
     q, k, v, dims = qkv(q, k, v)
