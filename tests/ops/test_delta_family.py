@@ -155,3 +155,7 @@ def test_the_ccq_gate_is_checked():
     x = inputs(8, t=8)
     with pytest.raises(ValueError, match=r"lam: expected values in \[0, 1\] \(CCQ gate lambda\)"):
         ops.ccq_kda(x["q"], x["k"], x["v"], x["g"], x["beta"], np.full_like(x["lam"], 2.0))
+    with pytest.raises(ValueError, match=r"ccq_lam: expected values in \[0, 1\] \(CCQ gate lambda\)"):
+        ops.ccq_qed(x["q"], x["k"], x["v"], x["g"], x["b"], x["w"], x["lam_qed"], np.full_like(x["lam"], 2.0))
+    with pytest.raises(ValueError, match=r"lam: expected values in \[0, 1\] \(QED"):
+        ops.ccq_qed(x["q"], x["k"], x["v"], x["g"], x["b"], x["w"], np.full_like(x["lam"], 2.0), x["lam"])

@@ -57,5 +57,8 @@ def ccq_gated_delta_rule_2(q, k, v, g, b, w, lam, **options):
 
 def ccq_qed(q, k, v, g, b, w, lam, ccq_lam, *, project=True, gate_query=True, **options):
     """`ccq_jax.ops.qed` (its lam, project and gate_query) read with the CCQ-cleaned query, ccq_lam [B, T, H] the CCQ
-    gate; the erase vector is built from the raw query. options and returns: as `ccq_kda`'s."""
-    return ccq_generalized_delta_rule(*qed_inputs(q, k, v, g, b, w, lam, project, gate_query), ccq_lam, **options)
+    gate (checked here under its own name); the erase vector is built from the raw query. options and returns: as
+    `ccq_kda`'s."""
+    inputs = qed_inputs(q, k, v, g, b, w, lam, project, gate_query)
+    ccq_lam = validate.ccq_gate(ccq_lam, *inputs[0].shape[:3], validate.read_policy(options.get("read")), "ccq_lam")
+    return ccq_generalized_delta_rule(*inputs, ccq_lam, **options)

@@ -199,9 +199,10 @@ def read_policy(read):
     return ReadPolicy(policy.kind, terms if policy.kind == "neumann" else 1, iterations if policy.kind == "cg" else 1)
 
 
-def ccq_gate(lam, b, t, h, read=ReadPolicy()):
-    """The CCQ gate lambda [B, T, H]: in [0, 1] for the first-order and Neumann reads (a contraction, a convergent
-    series), >= 0 for conjugate gradient (I + lam Sigma is positive definite for any lam >= 0)."""
+def ccq_gate(lam, b, t, h, read=ReadPolicy(), name="lam"):
+    """The CCQ gate lambda [B, T, H] (the argument `name`): in [0, 1] for the first-order and Neumann reads (a
+    contraction, a convergent series), >= 0 for conjugate gradient (I + lam Sigma is positive definite for any
+    lam >= 0)."""
     if read.kind == "cg":
-        return per_token("lam", lam, (b, t, h), "BTH", lo=0, meaning="CCQ gate lambda, >= 0 for read 'cg'")
-    return per_token("lam", lam, (b, t, h), "BTH", lo=0, hi=1, meaning="CCQ gate lambda")
+        return per_token(name, lam, (b, t, h), "BTH", lo=0, meaning="CCQ gate lambda, >= 0 for read 'cg'")
+    return per_token(name, lam, (b, t, h), "BTH", lo=0, hi=1, meaning="CCQ gate lambda")
