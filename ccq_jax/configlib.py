@@ -14,7 +14,8 @@ string field with a "did you mean" suggestion.
 them from `--set a.b=value` strings) and `load_yaml` reads a config file.
 
 Supported annotations: `int`, `float`, `str`, `bool`, `Literal[...]`, `X | None`,
-`tuple[X, ...]` and nested dataclasses.
+`tuple[X, ...]` and nested dataclasses (also as tuple items: a list of mappings, or one mapping read as a
+one-item tuple, as fla's hybrid `attn` entry is either).
 """
 
 from __future__ import annotations
@@ -93,7 +94,8 @@ def check_field_types(obj: Any, prefix: str = "") -> None:
 
 
 def _convert(value: Any, tp: Any, path: str) -> Any:
-    """Nested mapping -> dataclass, list -> tuple, int -> float, str -> 1-tuple of str; else unchanged."""
+    """Nested mapping -> dataclass, list -> tuple, int -> float, str -> 1-tuple of str, mapping -> 1-tuple of a
+    dataclass; else unchanged. Tuple items are named `path[i]` in errors."""
     _, inner = _is_optional(tp)
     if value is None:
         return None
@@ -103,8 +105,10 @@ def _convert(value: Any, tp: Any, path: str) -> Any:
         (item, _) = typing.get_args(inner)
         if isinstance(value, str) and item is str:
             return (value,)
+        if isinstance(value, Mapping) and dataclasses.is_dataclass(item):
+            return (from_dict(item, value, prefix=f"{path}."),)
         if isinstance(value, (list, tuple)):
-            return tuple(_convert(v, item, path) for v in value)
+            return tuple(_convert(v, item, f"{path}[{i}]") for i, v in enumerate(value))
     if inner is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
     return value
@@ -135,7 +139,7 @@ def to_dict(obj: Any) -> dict[str, Any]:
         if dataclasses.is_dataclass(value):
             value = to_dict(value)
         elif isinstance(value, tuple):
-            value = list(value)
+            value = [to_dict(v) if dataclasses.is_dataclass(v) else v for v in value]
         out[field.name] = value
     return out
 

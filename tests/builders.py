@@ -6,7 +6,7 @@ here, never from another test module or a conftest).
               float64_ground_truth
   kernels     KERNEL_OPS, kernel_inputs, check_op (impl="pallas" against the float64 recurrence), tolerances
   layers      layer_inputs, randomize, layer_params, call, SEGMENTS
-  models      MODEL_CASES, build, token_ids, forward
+  models      MODEL_CASES, HYBRID_CASES, build, token_ids, forward
   conversion  FIXTURES, GOLDENS, random_model, flat_params, assert_same_params
   sharding    shard_map_check (tests/ops/shard_map_check.py in a process of its own)
 """
@@ -254,6 +254,17 @@ MODEL_CASES = {
     "gdn": ("gdn-tiny", dict(INIT, **CHUNK_4)),
     "ccq-gla": ("ccq-gla-tiny", dict(INIT, **CHUNK_4, use_short_conv=True, num_kv_heads=2)),
     "ccq-gdn": ("ccq-gdn-tiny", dict(INIT, **CHUNK_4)),
+}
+
+
+# hybrids: GLA with grouped-query attention on layers 1 and 3; CCQ-GDN with an 8-token window on layer 3 (shorter than
+# the tests' rows); CCQ-GLA with every attention option (window, partial RoPE, NoPE, output gate, biases, MQA)
+HYBRID_CASES = {
+    "gla-hybrid": ("gla-hybrid-tiny", dict(INIT, **CHUNK_4)),
+    "ccq-gdn-hybrid": ("ccq-gdn-hybrid-tiny", dict(INIT, **CHUNK_4)),
+    "ccq-gla-hybrid-options": ("ccq-gla-hybrid-tiny", dict(INIT, **CHUNK_4, attn=[
+        dict(layers=[1], num_heads=2, window_size=5, rotary_dim=16, output_gate=True, qkv_bias=True),
+        dict(layers=[3], num_heads=4, num_kv_heads=1, rotary_dim=0)])),
 }
 
 

@@ -102,6 +102,10 @@ def _model_type(config: ModelConfig) -> str:
 def config_to_fla(config: ModelConfig) -> dict:
     """The config.json fla (or the CCQ reference, for models with a CCQ config) builds the same model from."""
     kind = _model_type(config)
+    if config.attn is not None:
+        raise ValueError(f"config: attn: hybrid models (softmax attention on layers "
+                         f"{sorted(i for spec in config.attn for i in spec.layers)}) cannot be saved in fla's format "
+                         f"yet; save them in ccq-jax's own (CausalLM.save_pretrained)")
     cls, has_ccq, architecture = MODEL_TYPES[kind]
     if cls is GLAConfig:
         for name, value in FLA_GLA_GATE.items():

@@ -8,13 +8,14 @@
 
 Each takes the model or its `split_model(model)`, which skips re-splitting the model on every call.
 
-Linear-attention models decode in constant memory per token (the cache does not grow).
+Linear-attention models decode in constant memory per token (the cache does not grow); a hybrid's attention layers
+keep KV caches beside them (`cache_bytes_per_sequence(model, max_length)` reports both).
 """
 
-from ccq_jax.inference.cache import cache_nbytes, init_cache
+from ccq_jax.inference.cache import cache_bytes_per_sequence, cache_nbytes, init_cache
 from ccq_jax.inference.generate import decode, decode_rows, decode_step, generate, prefill
 from ccq_jax.inference.sampling import sample_next
 from ccq_jax.inference.split import GraphKey, SplitModel, graph_key, split_model
 
-__all__ = ["GraphKey", "SplitModel", "cache_nbytes", "decode", "decode_rows", "decode_step", "generate", "graph_key",
-           "init_cache", "prefill", "sample_next", "split_model"]
+__all__ = ["GraphKey", "SplitModel", "cache_bytes_per_sequence", "cache_nbytes", "decode", "decode_rows",
+           "decode_step", "generate", "graph_key", "init_cache", "prefill", "sample_next", "split_model"]

@@ -2,7 +2,8 @@
 
 Mixers (token mixing; each `layer(x, segment_ids=None, cache=None) -> (y, cache)`):
 `GatedLinearAttention`, `GatedDeltaNet` (both optionally with the CCQ read, `ccq=CCQConfig(...)`)
-and the softmax `Attention` baseline with RoPE. Shared blocks: `RMSNorm`, `GatedRMSNorm`,
+and softmax `Attention` with RoPE (the Transformer's and a hybrid's: GQA, sliding window, partial RoPE or NoPE,
+output gate). Shared blocks: `RMSNorm`, `GatedRMSNorm`,
 `GatedMLP` (fla's width rule `mlp_width`), `ShortConvolution`. Parameter names follow fla's
 state_dict; logical sharding axes are listed in `ccq_jax.layers.params`. `KernelPolicy` picks the
 linear-attention layers' implementations (`ccq_jax.ops` impls) and the decode step's LM head.

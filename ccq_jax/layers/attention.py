@@ -1,13 +1,21 @@
-"""Softmax attention with RoPE (fla's `Attention` layer), the Transformer baseline's mixer.
+"""Softmax attention with RoPE (fla's `Attention` layer): the Transformer's mixer and a hybrid's attention layers.
 
-q, k, v projections (`num_kv_heads < num_heads`: grouped-query attention), rotary embeddings
-(GPT-NeoX half rotation, `rope_theta`), `jax.nn.dot_product_attention` (cuDNN flash attention
-on GPUs when `sdpa_impl="cudnn"` or chosen automatically), `o_proj`. Positions restart at 0
-in every document of a packed row, and tokens attend only within their document.
+q, k, v projections (`qkv_bias`: with biases, as fla's option; `num_kv_heads < num_heads`:
+grouped-query attention), rotary embeddings (GPT-NeoX half rotation, `rope_theta`) on the first
+`rotary_dim` channels of each head (None: all of them, as fla; fewer: partial RoPE as Qwen3-Next's
+`partial_rotary_factor`, the rest passing unrotated; 0: NoPE), `jax.nn.dot_product_attention` (cuDNN
+flash attention on GPUs when `sdpa_impl="cudnn"`, XLA's reference form with "xla"), an optional
+output gate (`output_gate`: o * sigmoid(g_proj(x)) per channel before `o_proj`, Qwen3-Next's gated
+attention with the gate as its own projection `g_proj`), `o_proj`. `window_size` W (None: full
+attention) makes each token attend to itself and the W - 1 tokens before it (fla's, i.e. flash-attn's
+window (W - 1, 0)). Positions restart at 0 in every document of a packed row, and tokens attend only
+within their document.
 
-With a `KVCache` the new keys and values are written at slot `cache.index` and the queries
-attend over every filled slot of their document; the first document of the call continues
-the cached one (its positions continue from `cache.position`).
+With a `KVCache` the first document of the call continues the cached one (its positions continue
+from `cache.position`). Full attention writes the new keys and values at slot `cache.index` and the
+queries attend over every filled slot of their document. A windowed layer's cache holds only the
+last min(W, max_length) tokens, as a ring (token t in slot t mod S): the queries attend over those
+slots and the call's own keys, and the call's last tokens then overwrite the oldest slots.
 """
 
 import jax
@@ -21,23 +29,34 @@ from ccq_jax.layers.shapes import split_heads
 from ccq_jax.ops import doc_ids
 
 
-def attention_head_dim(hidden_size, num_heads, num_kv_heads=None) -> int:
-    """Validate the Transformer's sizes (ValueError naming the field); returns D / H."""
+def attention_head_dim(hidden_size, num_heads, num_kv_heads=None, rotary_dim=None, *, prefix="") -> int:
+    """Validate attention's sizes (ValueError naming the field, `prefix` + its name for the fields of a hybrid's
+    attention entry, e.g. "attn."); returns D / H."""
     check.integer("hidden_size", hidden_size, minimum=1)
-    check.integer("num_heads", num_heads, minimum=1)
-    check.integer("num_kv_heads", num_kv_heads, minimum=1, optional=True)
+    check.integer(f"{prefix}num_heads", num_heads, minimum=1)
+    check.integer(f"{prefix}num_kv_heads", num_kv_heads, minimum=1, optional=True)
+    check.integer(f"{prefix}rotary_dim", rotary_dim, minimum=0, optional=True)
     if hidden_size % num_heads:
+        if prefix:
+            raise ValueError(f"{prefix}num_heads: must divide hidden_size = {hidden_size}, got {num_heads}")
         raise ValueError(f"hidden_size: must be divisible by num_heads = {num_heads}, got {hidden_size}")
     if num_kv_heads is not None and num_heads % num_kv_heads:
-        raise ValueError(f"num_kv_heads: must divide num_heads = {num_heads}, got {num_kv_heads}")
+        raise ValueError(f"{prefix}num_kv_heads: must divide {prefix}num_heads = {num_heads}, got {num_kv_heads}")
     head_dim = hidden_size // num_heads
-    if head_dim % 2:
-        raise ValueError(f"hidden_size: hidden_size / num_heads = {head_dim} must be even for RoPE")
+    if rotary_dim is None and head_dim % 2:
+        name = f"{prefix}num_heads" if prefix else "hidden_size"
+        raise ValueError(f"{name}: hidden_size / num_heads = {head_dim} must be even for RoPE")
+    if rotary_dim is not None and (rotary_dim > head_dim or rotary_dim % 2):
+        raise ValueError(f"{prefix}rotary_dim: expected an even number of channels <= the head dim "
+                         f"hidden_size / num_heads = {head_dim} (0: no RoPE), got {rotary_dim}")
     return head_dim
 
 
-def rotary(x: jax.Array, positions: jax.Array, theta: float) -> jax.Array:
-    """RoPE on x [B, T, H, D] at integer positions [B, T]: rotate (x[:D/2], x[D/2:]) pairs, fp32 angles."""
+def rotary(x: jax.Array, positions: jax.Array, theta: float, dim: int | None = None) -> jax.Array:
+    """RoPE on x [B, T, H, D] at integer positions [B, T]: rotate (x[:D/2], x[D/2:]) pairs, fp32 angles; with
+    `dim` < D only the first `dim` channels, as (x[:dim/2], x[dim/2:dim]) pairs (0: x unchanged)."""
+    if dim is not None and dim < x.shape[-1]:
+        return x if dim == 0 else jnp.concatenate([rotary(x[..., :dim], positions, theta), x[..., dim:]], axis=-1)
     half = x.shape[-1] // 2
     inv_freq = theta ** (-jnp.arange(half, dtype=jnp.float32) / half)
     angle = positions.astype(jnp.float32)[..., None, None] * inv_freq  # [B, T, 1, D/2]
@@ -55,26 +74,41 @@ def _doc_positions(docs):
 
 class Attention(nnx.Module):
     def __init__(self, hidden_size: int, *, num_heads: int = 32, num_kv_heads: int | None = None,
-                 rope_theta: float = 10000.0, sdpa_impl: str | None = None, initializer_range: float = 0.02,
-                 dtype=None, param_dtype=jnp.float32, rngs: nnx.Rngs):
-        self.head_dim = attention_head_dim(hidden_size, num_heads, num_kv_heads)
+                 rope_theta: float = 10000.0, sdpa_impl: str | None = None, qkv_bias: bool = False,
+                 window_size: int | None = None, rotary_dim: int | None = None, output_gate: bool = False,
+                 initializer_range: float = 0.02, dtype=None, param_dtype=jnp.float32, rngs: nnx.Rngs):
+        self.head_dim = attention_head_dim(hidden_size, num_heads, num_kv_heads, rotary_dim)
+        check.integer("window_size", window_size, minimum=1, optional=True)
+        for name, flag in (("qkv_bias", qkv_bias), ("output_gate", output_gate)):
+            if not isinstance(flag, bool):
+                raise ValueError(f"{name}: expected a bool, got {flag!r}")
         self.num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
         self.rope_theta, self.sdpa_impl = rope_theta, sdpa_impl
+        self.window_size, self.rotary_dim, self.output_gate = window_size, rotary_dim, output_gate
         self.dtype, self.param_dtype = dtype, param_dtype
         kw = dict(std=initializer_range, rngs=rngs, dtype=dtype, param_dtype=param_dtype)
         kv_dim = self.num_kv_heads * self.head_dim
-        self.q_proj = linear(hidden_size, hidden_size, ("embed", "heads"), **kw)
-        self.k_proj = linear(hidden_size, kv_dim, ("embed", "heads"), **kw)
-        self.v_proj = linear(hidden_size, kv_dim, ("embed", "heads"), **kw)
+        self.q_proj = linear(hidden_size, hidden_size, ("embed", "heads"), use_bias=qkv_bias, **kw)
+        self.k_proj = linear(hidden_size, kv_dim, ("embed", "heads"), use_bias=qkv_bias, **kw)
+        self.v_proj = linear(hidden_size, kv_dim, ("embed", "heads"), use_bias=qkv_bias, **kw)
         self.o_proj = linear(hidden_size, hidden_size, ("heads", "embed"), **kw)
+        if output_gate:
+            self.g_proj = linear(hidden_size, hidden_size, ("embed", "heads"), **kw)
 
     def init_cache(self, batch_size: int, max_length: int) -> KVCache:
+        """Empty slots: `max_length` of them, or min(window_size, max_length) for a windowed layer."""
         check.integer("max_length", max_length, minimum=1)
+        slots = max_length if self.window_size is None else min(self.window_size, max_length)
         dtype = jnp.dtype(self.dtype or self.param_dtype)
-        kv = jnp.zeros((batch_size, max_length, self.num_kv_heads, self.head_dim), dtype)
+        kv = jnp.zeros((batch_size, slots, self.num_kv_heads, self.head_dim), dtype)
         zeros = jnp.zeros((batch_size,), jnp.int32)
-        return KVCache(kv, kv, jnp.full((batch_size, max_length), -1, jnp.int32), jnp.zeros((), jnp.int32),
+        return KVCache(kv, kv, jnp.full((batch_size, slots), -1, jnp.int32), jnp.zeros((), jnp.int32),
                        zeros, zeros)
+
+    def _attend(self, q, k, v, mask=None, window=None):
+        return jax.nn.dot_product_attention(q, k.astype(q.dtype), v.astype(q.dtype), mask=mask,
+                                            is_causal=mask is None, local_window_size=window,
+                                            implementation=self.sdpa_impl)
 
     def __call__(self, x: jax.Array, *, segment_ids: jax.Array | None = None, cache: KVCache | None = None):
         """x: [B, T, D] -> (y [B, T, D], updated cache or None when `cache` is None)."""
@@ -82,22 +116,55 @@ class Attention(nnx.Module):
         q, k, v = (split_heads(p(x), self.head_dim) for p in (self.q_proj, self.k_proj, self.v_proj))
         docs = doc_ids(segment_ids, b, t)
         positions = _doc_positions(docs)
-        mask, new_cache = None, None
         if cache is not None:
             positions = jnp.where(docs == 0, cache.position[:, None] + jnp.arange(t), positions)
             docs = cache.doc[:, None] + docs
-        q, k = rotary(q, positions, self.rope_theta), rotary(k, positions, self.rope_theta)
-        if cache is not None:
-            at = (0, cache.index, 0, 0)
-            k = jax.lax.dynamic_update_slice(cache.key, k.astype(cache.key.dtype), at)
-            v = jax.lax.dynamic_update_slice(cache.value, v.astype(cache.value.dtype), at)
-            slot_doc = jax.lax.dynamic_update_slice(cache.slot_doc, docs.astype(jnp.int32), (0, cache.index))
-            query_slot = cache.index + jnp.arange(t)
-            causal = jnp.arange(k.shape[1])[None, :] <= query_slot[:, None]  # [T, S]
-            mask = (causal & (slot_doc[:, None, :] == docs[:, :, None]))[:, None]  # [B, 1, T, S]
-            new_cache = KVCache(k, v, slot_doc, cache.index + t, positions[:, -1] + 1, docs[:, -1])
-        elif segment_ids is not None:
-            mask = (jnp.tril(jnp.ones((t, t), bool)) & (docs[:, :, None] == docs[:, None, :]))[:, None]
-        o = jax.nn.dot_product_attention(q, k.astype(q.dtype), v.astype(q.dtype), mask=mask,
-                                         is_causal=mask is None, implementation=self.sdpa_impl)
-        return self.o_proj(o.reshape(b, t, -1)), new_cache
+        q, k = (rotary(a, positions, self.rope_theta, self.rotary_dim) for a in (q, k))
+        new_cache = None
+        if cache is None:
+            mask = None
+            if segment_ids is not None:
+                mask = (jnp.tril(jnp.ones((t, t), bool)) & (docs[:, :, None] == docs[:, None, :]))[:, None]
+            o = self._attend(q, k, v, mask, None if self.window_size is None else (self.window_size - 1, 0))
+        elif self.window_size is None:
+            o, new_cache = self._attend_cached(q, k, v, docs, cache)
+        else:
+            o, new_cache = self._attend_window(q, k, v, docs, cache)
+        if new_cache is not None:
+            new_cache = new_cache._replace(position=positions[:, -1] + 1, doc=docs[:, -1])
+        o = o.reshape(b, t, -1)
+        if self.output_gate:
+            o = o * jax.nn.sigmoid(self.g_proj(x)).astype(o.dtype)
+        return self.o_proj(o), new_cache
+
+    def _attend_cached(self, q, k, v, docs, cache):
+        """Full attention from a cache: the new keys written at slot `cache.index`, then read with every slot."""
+        t = q.shape[1]
+        at = (0, cache.index, 0, 0)
+        k = jax.lax.dynamic_update_slice(cache.key, k.astype(cache.key.dtype), at)
+        v = jax.lax.dynamic_update_slice(cache.value, v.astype(cache.value.dtype), at)
+        slot_doc = jax.lax.dynamic_update_slice(cache.slot_doc, docs.astype(jnp.int32), (0, cache.index))
+        query_slot = cache.index + jnp.arange(t)
+        causal = jnp.arange(k.shape[1])[None, :] <= query_slot[:, None]  # [T, S]
+        mask = (causal & (slot_doc[:, None, :] == docs[:, :, None]))[:, None]  # [B, 1, T, S]
+        return self._attend(q, k, v, mask), KVCache(k, v, slot_doc, cache.index + t, cache.position, cache.doc)
+
+    def _attend_window(self, q, k, v, docs, cache):
+        """Windowed attention from a ring cache of S slots (token t in slot t mod S): the queries read the slots
+        and the call's own keys (S + T of them), then the call's last min(T, S) tokens overwrite their slots."""
+        t, slots = q.shape[1], cache.key.shape[1]
+        times = cache.index + jnp.arange(t)  # [T]: the call's tokens' index in the stream the cache has seen
+        slot_time = cache.index - 1 - (cache.index - 1 - jnp.arange(slots)) % slots  # last token written there
+        gap = times[:, None] - jnp.concatenate([slot_time, times])[None, :]  # [T, S + T]
+        key_doc = jnp.concatenate([cache.slot_doc, docs], axis=1)  # [B, S + T] (-1: a slot never written)
+        mask = ((gap >= 0) & (gap < self.window_size) & (key_doc[:, None, :] == docs[:, :, None]))[:, None]
+        keys = jnp.concatenate([cache.key, k.astype(cache.key.dtype)], axis=1)
+        values = jnp.concatenate([cache.value, v.astype(cache.value.dtype)], axis=1)
+        o = self._attend(q, keys, values, mask)
+        kept = min(t, slots)
+        where = (cache.index + jnp.arange(t - kept, t)) % slots
+        new = KVCache(cache.key.at[:, where].set(keys[:, slots + t - kept:]),
+                      cache.value.at[:, where].set(values[:, slots + t - kept:]),
+                      cache.slot_doc.at[:, where].set(docs[:, t - kept:].astype(jnp.int32)),
+                      cache.index + t, cache.position, cache.doc)
+        return o, new

@@ -1,7 +1,8 @@
 """Per-layer decoding caches (pytrees of arrays); `ccq_jax.inference.init_cache` builds one per layer.
 
 A linear-attention layer keeps a fixed-size `RecurrentCache` whatever the context length;
-the Transformer's `Attention` keeps a `KVCache` with `max_length` slots.
+softmax `Attention` (the Transformer's, a hybrid's attention layers) keeps a `KVCache` with `max_length` slots, or
+with min(window_size, max_length) for a sliding-window layer.
 """
 
 from typing import NamedTuple
@@ -22,8 +23,9 @@ class RecurrentCache(NamedTuple):
 
 class KVCache(NamedTuple):
     """key, value [B, S, Hkv, D] (RoPE already applied to keys); slot_doc [B, S]: document of each
-    slot (-1 = empty); index: slots written so far (int32 scalar); position [B]: RoPE position of
-    the next token within its document; doc [B]: document index of the last token written."""
+    slot (-1 = empty); index: tokens written so far (int32 scalar; the next goes to slot index, or to
+    slot index mod S in a sliding-window layer's ring); position [B]: RoPE position of the next token within its document;
+    doc [B]: document index of the last token written."""
 
     key: jax.Array
     value: jax.Array

@@ -2,7 +2,9 @@
 
 Module paths follow fla's state_dict without the `model.` prefix: `embeddings`,
 `layers.{i}.attn_norm`, `layers.{i}.attn` (the mixer), `layers.{i}.mlp_norm`, `layers.{i}.mlp`,
-`norm`, `lm_head` (absent with tied embeddings). `model(input_ids, segment_ids=None)` returns
+`norm`, `lm_head` (absent with tied embeddings). A hybrid's attention layers (the config's `attn`
+entries) hold fla's `layers.{i}.attn.{q,k,v,o}_proj` (and `g_proj` with an output gate); with
+`scan_layers` the stack runs as `scan_plan` pieces it. `model(input_ids, segment_ids=None)` returns
 fp32 logits; with `cache=` it also returns the updated cache (prefill and decoding run this
 same forward; see `ccq_jax.inference`). `hidden_states`, `head` and `lm_logits` are the same
 forward in two parts, for losses that apply the head a slice of positions at a time.
@@ -17,16 +19,22 @@ from flax import nnx
 from ccq_jax.layers import Attention, GatedDeltaNet, GatedLinearAttention, GatedMLP, RMSNorm
 from ccq_jax.layers.params import linear, normal, sharded
 from ccq_jax.ops.internals import head_logits, in_range
-from ccq_jax.models.config import GatedDeltaNetConfig, GLAConfig, ModelConfig, TransformerConfig
+from ccq_jax.models.config import GatedDeltaNetConfig, GLAConfig, ModelConfig, TransformerConfig, layer_mixers
 from ccq_jax.models.pretrained import read_pretrained, save_pretrained
 
 
-def _mixer(cfg: ModelConfig, rngs: nnx.Rngs) -> nnx.Module:
+def _mixer(cfg: ModelConfig, rngs: nnx.Rngs, index: int) -> nnx.Module:
     common = dict(initializer_range=cfg.initializer_range, dtype=cfg.compute_dtype, param_dtype=cfg.params_dtype,
                   rngs=rngs)
     if isinstance(cfg, TransformerConfig):
         return Attention(cfg.hidden_size, num_heads=cfg.num_heads, num_kv_heads=cfg.num_kv_heads,
                          rope_theta=cfg.rope_theta, sdpa_impl=cfg.sdpa_impl, **common)
+    spec = layer_mixers(cfg)[index]
+    if spec is not None:
+        return Attention(cfg.hidden_size, num_heads=spec.num_heads, num_kv_heads=spec.num_kv_heads,
+                         rope_theta=spec.rope_theta, sdpa_impl=cfg.sdpa_impl, qkv_bias=spec.qkv_bias,
+                         window_size=spec.window_size, rotary_dim=spec.rotary_dim, output_gate=spec.output_gate,
+                         **common)
     common.update(ccq=cfg.ccq, kernel=cfg.kernel, use_short_conv=cfg.use_short_conv, conv_size=cfg.conv_size,
                   norm_eps=cfg.norm_eps, recompute=cfg.recompute_elementwise)
     if isinstance(cfg, GLAConfig):
@@ -43,13 +51,14 @@ def _mixer(cfg: ModelConfig, rngs: nnx.Rngs) -> nnx.Module:
 
 
 class Block(nnx.Module):
-    """x + attn(attn_norm(x)), then + mlp(mlp_norm(.)) (fla's pre-norm block)."""
+    """x + attn(attn_norm(x)), then + mlp(mlp_norm(.)) (fla's pre-norm block); `index`: the layer it is (a hybrid's
+    `attn` entries pick its mixer)."""
 
-    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs, index: int = 0):
         norm = dict(eps=cfg.norm_eps, dtype=cfg.compute_dtype, param_dtype=cfg.params_dtype,
                     recompute=cfg.recompute_elementwise)
         self.attn_norm = RMSNorm(cfg.hidden_size, **norm)
-        self.attn = _mixer(cfg, rngs)
+        self.attn = _mixer(cfg, rngs, index)
         self.mlp_norm = RMSNorm(cfg.hidden_size, **norm)
         self.mlp = GatedMLP(cfg.hidden_size, cfg.mlp_width, std=cfg.initializer_range, rngs=rngs,
                             dtype=cfg.compute_dtype, param_dtype=cfg.params_dtype, recompute=cfg.recompute_elementwise)
@@ -66,17 +75,47 @@ def _rematerialised_block(block, x, segment_ids):
     return block(x, segment_ids, None)
 
 
-def _scanned_blocks(blocks, x, segment_ids, remat: bool):
-    """x through `blocks` (identical in structure) as one `lax.scan` over their variables, stacked for the call
-    (a copy of the parameters per forward; their gradients come back per layer); with `remat`, each block's
-    activations are recomputed in the backward pass."""
-    graphdef = nnx.graphdef(blocks[0])
-    stacked = jax.tree.map(lambda *layers: jnp.stack(layers), *(nnx.state(block) for block in blocks))
+def _scanned_blocks(blocks, period: int, x, segment_ids, remat: bool):
+    """x through `blocks` as one `lax.scan` over groups of `period` consecutive blocks (blocks i and i + period
+    identical in structure), their variables stacked for the call (a copy of the parameters per forward; their
+    gradients come back per layer); with `remat`, each block's activations are recomputed in the backward pass."""
 
-    def body(x, state):
-        return nnx.merge(graphdef, state)(x, segment_ids, None)[0], None
+    def step(graphdef):
+        def apply(x, state):
+            return nnx.merge(graphdef, state)(x, segment_ids, None)[0]
 
-    return jax.lax.scan(jax.checkpoint(body) if remat else body, x, stacked)[0]
+        return jax.checkpoint(apply) if remat else apply
+
+    steps = [step(nnx.graphdef(block)) for block in blocks[:period]]
+    stacked = [jax.tree.map(lambda *layers: jnp.stack(layers), *(nnx.state(block) for block in blocks[j::period]))
+               for j in range(period)]
+
+    def body(x, states):
+        for apply, state in zip(steps, states):
+            x = apply(x, state)
+        return x, None
+
+    return jax.lax.scan(body, x, stacked)[0]
+
+
+def scan_plan(kinds) -> list[tuple[int, int, int]]:
+    """How `scan_layers` runs layers of these kinds (`layer_mixers`: equal kinds, identical blocks), as pieces
+    (start, stop, period), each scanned over its groups of `period` blocks (a piece of one block is called as it
+    is). Greedy from the first layer not yet placed: the period whose repeats cover the most layers (the smallest on
+    ties), e.g. a pure model's whole stack at period 1, or fla's GDN 1.3B with attention on layers 3, 7, ..., 19
+    as layers 0-19 at period 4 and then layer 20."""
+    plan, start, n = [], 0, len(kinds)
+    while start < n:
+        period, groups = 1, 1
+        for p in range(1, (n - start) // 2 + 1):
+            m = 1
+            while start + (m + 1) * p <= n and kinds[start + m * p:start + (m + 1) * p] == kinds[start:start + p]:
+                m += 1
+            if m >= 2 and m * p > period * groups:
+                period, groups = p, m
+        plan.append((start, start + period * groups, period))
+        start += period * groups
+    return plan
 
 
 def _check_ids(name, x, shape=None):
@@ -102,7 +141,7 @@ class CausalLM(nnx.Module):
         std, dt, pdt = config.initializer_range, config.compute_dtype, config.params_dtype
         self.embeddings = nnx.Embed(config.vocab_size, config.hidden_size, dtype=dt, param_dtype=pdt,
                                     embedding_init=sharded(normal(std), "vocab", "embed"), rngs=rngs)
-        self.layers = nnx.List([Block(config, rngs=rngs) for _ in range(config.num_hidden_layers)])
+        self.layers = nnx.List([Block(config, rngs=rngs, index=i) for i in range(config.num_hidden_layers)])
         self.norm = RMSNorm(config.hidden_size, eps=config.norm_eps, dtype=dt, param_dtype=pdt,
                             recompute=config.recompute_elementwise)
         if not config.tie_word_embeddings:
@@ -142,12 +181,19 @@ class CausalLM(nnx.Module):
         if cache is not None and len(cache) != len(self.layers):
             raise ValueError(f"cache: expected one entry per layer ({len(self.layers)}), got {len(cache)}")
         x = self.embeddings(input_ids)
+        remat = self.config.remat_policy == "block" and cache is None
         if self.config.scan_layers and cache is None:
-            x = _scanned_blocks(self.layers, x, segment_ids, remat=self.config.remat_policy == "block")
+            for start, stop, period in scan_plan(layer_mixers(self.config)):
+                blocks = [self.layers[i] for i in range(start, stop)]
+                if len(blocks) == 1:
+                    x = (_rematerialised_block(blocks[0], x, segment_ids) if remat else blocks[0](x, segment_ids,
+                                                                                                None))[0]
+                else:
+                    x = _scanned_blocks(blocks, period, x, segment_ids, remat)
             return self.norm(x), None
         new_cache = []
         for i, layer in enumerate(self.layers):
-            if self.config.remat_policy == "block" and cache is None:
+            if remat:
                 x, layer_cache = _rematerialised_block(layer, x, segment_ids)
             else:
                 x, layer_cache = layer(x, segment_ids, None if cache is None else cache[i])

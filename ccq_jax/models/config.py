@@ -10,6 +10,12 @@ gates and statistics are fp32 whatever these are. `kernel` (a `KernelPolicy`) pi
 (`kernel.impl=pallas`); a Transformer's attention backend is its own `sdpa_impl`. Configs saved before the
 policy (flat `attn_impl`, `decode_impl`, `chunk_size`, `head_impl`, `interpret`) still load; as overrides those
 keys are refused, naming their new key.
+
+Hybrids: every linear family takes fla's `attn` entry (one `HybridAttention` or a tuple of them; from a dict, a
+dict or a list of dicts): the layers it lists use softmax attention (`ccq_jax.layers.Attention`) with its
+options, the others keep the family's mixer (and its CCQ read). Checked as fla's `normalize_hybrid_attention_config`
+checks it (a layer listed twice or out of range, heads that do not divide, unknown keys: a ValueError naming the
+field). `layer_mixers(cfg)` gives each layer's entry (None: the family's own mixer).
 """
 
 import dataclasses
@@ -58,7 +64,9 @@ class ModelConfig:
     # and the SwiGLU product (ccq_jax.layers.remat); "block" every block whole; "none" nothing
     remat_policy: Literal["none", "elementwise", "block"] = "elementwise"
     # run the blocks of a forward without a cache as one `lax.scan` over the layers' stacked parameters (one block
-    # traced and compiled, not num_hidden_layers); the parameters keep their per-layer layout (`layers.{i}`)
+    # traced and compiled, not num_hidden_layers); the parameters keep their per-layer layout (`layers.{i}`). A
+    # hybrid scans groups of its pattern's period (attention every 4th layer: 4 blocks traced), layers outside the
+    # repeats called one by one or as runs of identical blocks (`ccq_jax.models.causal_lm.scan_plan`)
     scan_layers: bool = False
     # the kernels: the linear-attention reads' `ccq_jax.ops` impls, their chunk, the decode step's LM head and the
     # kernels' interpretation (`ccq_jax.layers.KernelPolicy`); override one as `kernel.impl=pallas`
@@ -122,15 +130,44 @@ class TransformerConfig(ModelConfig):
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
+class HybridAttention:
+    """One entry of a linear model's `attn`: softmax attention on `layers` (fla's keys: layers, num_heads,
+    num_kv_heads (None: num_heads), qkv_bias, window_size (None: full attention), rope_theta; and ccq-jax's own:
+    rotary_dim (None: the whole head; 0: no RoPE) and output_gate (a sigmoid gate `g_proj`), see
+    `ccq_jax.layers.Attention`). The sizes are checked against the model's in `LinearAttentionConfig`."""
+
+    layers: tuple[int, ...] = ()
+    num_heads: int = 0
+    num_kv_heads: int | None = None
+    qkv_bias: bool = False
+    window_size: int | None = None
+    rope_theta: float = 10000.0
+    rotary_dim: int | None = None
+    output_gate: bool = False
+
+    def __post_init__(self):
+        configlib.check_field_types(self, prefix="attn.")
+        if not self.layers:
+            raise ValueError("attn.layers: required: the indices of the layers that use softmax attention")
+        check.integer("attn.num_heads", self.num_heads, minimum=1)
+        check.integer("attn.window_size", self.window_size, minimum=1, optional=True)
+        check.real("attn.rope_theta", self.rope_theta, lo=0, lo_open=True)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class LinearAttentionConfig(ModelConfig):
-    """Fields the linear-attention families share: CCQ, kernels (`ccq_jax.ops` impls), short convolutions."""
+    """Fields the linear-attention families share: CCQ, kernels (`ccq_jax.ops` impls), short convolutions, the
+    hybrid attention layers (`attn`, with `sdpa_impl` their attention backend as a Transformer's)."""
 
     ccq: CCQConfig | None = None
     use_short_conv: bool = False
     conv_size: int = 4
+    attn: tuple[HybridAttention, ...] | None = None
+    sdpa_impl: Literal["xla", "cudnn"] | None = None
 
     def __post_init__(self):
         super().__post_init__()
+        check_hybrid(self.attn, self.num_hidden_layers, self.hidden_size)
         if self.ccq is not None and self.ccq.read != "first_order":
             for name in ("impl", "decode_impl"):
                 if getattr(self.kernel, name) not in REFERENCES:
@@ -180,6 +217,36 @@ class GatedDeltaNetConfig(LinearAttentionConfig):
     def __post_init__(self):
         super().__post_init__()
         gdn_dims(self.num_heads, self.head_dim, self.expand_v, self.num_v_heads)
+
+
+def check_hybrid(attn, num_hidden_layers: int, hidden_size: int) -> None:
+    """A linear model's `attn` entries against its layers and width (fla's checks); ValueError naming the field."""
+    if attn is None:
+        return
+    if not attn:
+        raise ValueError("attn: expected None or at least one entry, got an empty list")
+    owner = {}
+    for i, spec in enumerate(attn):
+        where = f"attn[{i}]." if len(attn) > 1 else "attn."
+        for layer in spec.layers:
+            if not 0 <= layer < num_hidden_layers:
+                raise ValueError(f"{where}layers: layer {layer} is out of range; expected a value in "
+                                 f"[0, num_hidden_layers={num_hidden_layers})")
+            if layer in owner:
+                first = "the same entry" if owner[layer] == i else f"entry {owner[layer]}"
+                raise ValueError(f"{where}layers: layer {layer} is listed twice (already in {first})")
+            owner[layer] = i
+        attention_head_dim(hidden_size, spec.num_heads, spec.num_kv_heads, spec.rotary_dim, prefix=where)
+
+
+def layer_mixers(cfg: ModelConfig) -> tuple:
+    """Per layer, the `HybridAttention` entry that makes it a softmax attention layer, or None where the layer
+    keeps the family's own mixer (every layer of a pure model)."""
+    specs = [None] * cfg.num_hidden_layers
+    for spec in (cfg.attn if isinstance(cfg, LinearAttentionConfig) else None) or ():
+        for layer in spec.layers:
+            specs[layer] = spec
+    return tuple(specs)
 
 
 FAMILIES = {cls.family: cls for cls in (TransformerConfig, GLAConfig, GatedDeltaNetConfig)}

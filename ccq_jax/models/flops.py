@@ -10,7 +10,9 @@ backward, the backward twice the forward's work; recomputation under remat is no
                                      norms, gates' elementwise work or the short convolutions' weights
     mixer  = 3 * sum over layers of the mixer's forward FLOPs per token:
       softmax attention   2 (T + 1) H Dh            QK^T and AV over the (T + 1) / 2 keys a causal token sees
-                                                    (H Dh = the model width D)
+                                                    (H Dh = the model width D); with a window W, 4 n H Dh over
+                                                    the n = mean_t min(t + 1, W) keys it sees (a hybrid's
+                                                    attention layers count so, its other layers as their family)
       GLA (chunk C)       H (4 Dk Dv + 2 C (Dk + Dv))
                           q S and the state update k^T v (2 Dk Dv each), the chunk's scores q k^T and their
                           product with v (2 C Dk and 2 C Dv: full C x C blocks, as the kernels compute them)
@@ -36,7 +38,7 @@ from flax import nnx
 
 from ccq_jax.layers.gated_deltanet import gdn_dims
 from ccq_jax.layers.gla import gla_dims
-from ccq_jax.models.config import ModelConfig
+from ccq_jax.models.config import ModelConfig, layer_mixers
 from ccq_jax.models.params import abstract_model
 
 DEFAULT_CHUNK = 64  # the chunk the kernels run at when the kernel policy names none
@@ -69,10 +71,19 @@ def matmul_params(cfg: ModelConfig) -> int:
     return total
 
 
+def attention_forward_flops(hidden_size: int, seq_len: int, window_size: int | None = None) -> float:
+    """A softmax attention layer's forward FLOPs per token: QK^T and AV, 2 H Dh (= 2 D) each per key seen."""
+    if window_size is None or window_size >= seq_len:
+        return 2.0 * (seq_len + 1) * hidden_size
+    seen = (window_size * (window_size + 1) / 2 + (seq_len - window_size) * window_size) / seq_len
+    return 4.0 * seen * hidden_size
+
+
 def mixer_forward_flops(cfg: ModelConfig, seq_len: int) -> float:
-    """One layer's sequence-mixer forward FLOPs per token (see the module docstring)."""
+    """One layer's sequence-mixer forward FLOPs per token (see the module docstring): the family's own mixer (a
+    hybrid's attention layers: `attention_forward_flops`)."""
     if cfg.family == "transformer":
-        return 2.0 * (seq_len + 1) * cfg.hidden_size  # H Dh = D
+        return attention_forward_flops(cfg.hidden_size, seq_len)
     chunk = cfg.kernel.chunk_size or DEFAULT_CHUNK
     if cfg.family == "gla":
         dims = gla_dims(cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.expand_k, cfg.expand_v)
@@ -104,5 +115,7 @@ def train_flops_per_token(cfg: ModelConfig, seq_len: int) -> FlopCount:
     """FLOPs per token of a training step on rows of `seq_len` tokens (see the module docstring)."""
     if not isinstance(seq_len, int) or isinstance(seq_len, bool) or seq_len < 1:
         raise ValueError(f"seq_len: expected a positive integer, got {seq_len!r}")
-    return FlopCount(dense=6.0 * matmul_params(cfg),
-                     mixer=3.0 * cfg.num_hidden_layers * mixer_forward_flops(cfg, seq_len))
+    specs = layer_mixers(cfg)
+    attention = sum(attention_forward_flops(cfg.hidden_size, seq_len, s.window_size) for s in specs if s is not None)
+    own = 3.0 * specs.count(None) * mixer_forward_flops(cfg, seq_len)
+    return FlopCount(dense=6.0 * matmul_params(cfg), mixer=own + 3.0 * attention)

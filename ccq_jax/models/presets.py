@@ -1,4 +1,4 @@
-"""Named model presets: `{transformer,gla,gdn,ccq-gla,ccq-gdn}-{tiny,100m,340m,1.3b}` and `get_config`.
+"""Named model presets: `{transformer,gla,gdn,ccq-gla,ccq-gdn}-{tiny,100m,340m,1.3b}`, hybrids and `get_config`.
 
 1.3b = fla's default configs (GLA 24 x 2048, 4 heads; Gated DeltaNet 21 x 2048, 6 heads of
 256; Transformer 24 x 2048, 32 heads). 340m: GLA and Transformer follow fla's
@@ -9,12 +9,18 @@ embeddings); Gated DeltaNet keeps fla's 6 * D^2 mixer budget at D = 1024 (6 head
 configs), Gated DeltaNet 11 layers of 4 heads of 128 (its mixer is 5.3 D^2 to GLA's 4 D^2),
 Transformer 12 layers of 12 heads. tiny: 64 wide, 2 layers, vocabulary 256, for tests and CPU
 demos.
-`ccq-*` adds the CCQ read with the default `CCQConfig` (learned gate).
+Hybrids (softmax attention on some layers through fla's `attn` entry, the rest the family's mixer):
+`{gla,gdn}-hybrid-tiny` (4 layers; GLA: grouped-query attention on layers 1 and 3; Gated DeltaNet: an
+8-token sliding window on layer 3) and `gdn-hybrid-1.3b`, fla's Gated DeltaNet 1.3B with attention
+(16 heads of 128, fla's defaults otherwise) on every fourth layer (3, 7, 11, 15, 19; 1.35B parameters).
+`ccq-*` adds the CCQ read with the default `CCQConfig` (learned gate) to every family's own layers.
 """
 
 from ccq_jax import configlib
 from ccq_jax.layers.ccq import CCQConfig
-from ccq_jax.models.config import GatedDeltaNetConfig, GLAConfig, ModelConfig, TransformerConfig, apply_overrides
+from ccq_jax.models.config import (
+    GatedDeltaNetConfig, GLAConfig, HybridAttention, ModelConfig, TransformerConfig, apply_overrides,
+)
 
 TINY = dict(vocab_size=256, hidden_size=64, num_hidden_layers=2)
 
@@ -30,12 +36,17 @@ _BACKBONES = {
         "100m": dict(hidden_size=768, num_hidden_layers=12, num_heads=3, tie_word_embeddings=True),
         "340m": dict(hidden_size=1024, tie_word_embeddings=True),
         "1.3b": {},
+        "hybrid-tiny": dict(TINY, num_heads=4, num_hidden_layers=4,
+                            attn=(HybridAttention(layers=(1, 3), num_heads=4, num_kv_heads=2),)),
     }),
     "gdn": (GatedDeltaNetConfig, {
         "tiny": dict(TINY, num_heads=2, head_dim=16),
         "100m": dict(hidden_size=768, num_hidden_layers=11, num_heads=4, head_dim=128, tie_word_embeddings=True),
         "340m": dict(hidden_size=1024, num_heads=6, head_dim=128, tie_word_embeddings=True),
         "1.3b": {},
+        "hybrid-tiny": dict(TINY, num_heads=2, head_dim=16, num_hidden_layers=4,
+                            attn=(HybridAttention(layers=(3,), num_heads=4, window_size=8),)),
+        "hybrid-1.3b": dict(attn=(HybridAttention(layers=(3, 7, 11, 15, 19), num_heads=16),)),
     }),
 }
 

@@ -101,29 +101,38 @@ def gated_deltanet(p, x, *, num_heads, head_dim, ccq, eps, allow_neg_eigval=Fals
     return o.reshape(*o.shape[:2], -1) @ p["o_proj"]["kernel"]
 
 
-def attention(p, x, *, num_heads, num_kv_heads, theta, segment_ids=None):
-    """Softmax attention within documents, RoPE (half rotation) at positions that restart per document."""
+def attention(p, x, *, num_heads, num_kv_heads, theta, segment_ids=None, window=None, rotary_dim=None):
+    """Softmax attention within documents, RoPE (half rotation) at positions that restart per document, on the first
+    `rotary_dim` channels of each head (None: all; 0: none); a query sees the keys of its document at most
+    `window` - 1 tokens back (None: all); projections with their biases when the layer has them; with a `g_proj`,
+    the output times sigmoid(x g_proj) before o_proj."""
     p, x = _f64(p), np.asarray(x, np.float64)
     b, t, d = x.shape
     hd = d // num_heads
-    q = _split(x @ p["q_proj"]["kernel"], hd)
-    k, v = (np.repeat(_split(x @ p[n]["kernel"], hd), num_heads // num_kv_heads, axis=2) for n in ("k_proj", "v_proj"))
+    proj = lambda n: x @ p[n]["kernel"] + p[n].get("bias", 0.0)
+    q = _split(proj("q_proj"), hd)
+    k, v = (np.repeat(_split(proj(n), hd), num_heads // num_kv_heads, axis=2) for n in ("k_proj", "v_proj"))
     seg = np.zeros((b, t), int) if segment_ids is None else np.asarray(segment_ids)
     pos = np.zeros((b, t))
     for bi in range(b):
         for ti in range(1, t):
             pos[bi, ti] = 0 if seg[bi, ti] != seg[bi, ti - 1] else pos[bi, ti - 1] + 1
-    freq = theta ** (-np.arange(hd // 2) / (hd // 2))
+    r = (hd if rotary_dim is None else rotary_dim) // 2
+    freq = theta ** (-np.arange(r) / max(r, 1))
     ang = pos[..., None, None] * freq
-    rot = lambda a: np.concatenate([a[..., :hd // 2] * np.cos(ang) - a[..., hd // 2:] * np.sin(ang),
-                                    a[..., hd // 2:] * np.cos(ang) + a[..., :hd // 2] * np.sin(ang)], -1)
+    rot = lambda a: np.concatenate([a[..., :r] * np.cos(ang) - a[..., r:2 * r] * np.sin(ang),
+                                    a[..., r:2 * r] * np.cos(ang) + a[..., :r] * np.sin(ang), a[..., 2 * r:]], -1)
     q, k = rot(q), rot(k)
     o = np.zeros_like(q)
     for bi in range(b):
         for ti in range(t):
-            js = [j for j in range(ti + 1) if all(seg[bi, j] == seg[bi, m] for m in range(j, ti + 1))]
+            js = [j for j in range(ti + 1) if all(seg[bi, j] == seg[bi, m] for m in range(j, ti + 1))
+                  and (window is None or ti - j < window)]
             s = np.einsum("hd,jhd->hj", q[bi, ti], k[bi, js]) / np.sqrt(hd)
             w = np.exp(s - s.max(-1, keepdims=True))
             w /= w.sum(-1, keepdims=True)
             o[bi, ti] = np.einsum("hj,jhd->hd", w, v[bi, js])
-    return o.reshape(b, t, d) @ p["o_proj"]["kernel"]
+    o = o.reshape(b, t, d)
+    if "g_proj" in p:
+        o = o / (1 + np.exp(-(x @ p["g_proj"]["kernel"])))
+    return o @ p["o_proj"]["kernel"]

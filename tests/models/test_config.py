@@ -16,6 +16,8 @@ from ccq_jax.models.__main__ import main
 def test_preset_names():
     sizes = ("tiny", "100m", "340m", "1.3b")
     expected = {f"{f}-{s}" for f in ("transformer", "gla", "gdn", "ccq-gla", "ccq-gdn") for s in sizes}
+    expected |= {f"{ccq}{f}-hybrid-tiny" for f in ("gla", "gdn") for ccq in ("", "ccq-")}
+    expected |= {"gdn-hybrid-1.3b", "ccq-gdn-hybrid-1.3b"}
     assert set(PRESETS) == expected
     assert all(get_config(name).ccq is not None for name in PRESETS if name.startswith("ccq-"))
 
