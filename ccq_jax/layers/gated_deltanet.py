@@ -62,7 +62,7 @@ def _a_log_init(key, shape, dtype):
     return jnp.log(jax.random.uniform(key, shape, jnp.float32, minval=1e-4, maxval=16.0)).astype(dtype)
 
 
-def _dt_bias_init(key, shape, dtype):
+def dt_bias_init(key, shape, dtype):
     """softplus^-1(dt) with log dt ~ U(log 1e-3, log 1e-1), dt >= 1e-4 (fla / Mamba-2)."""
     u = jax.random.uniform(key, shape, jnp.float32)
     dt = jnp.maximum(jnp.exp(u * (math.log(DT_MAX) - math.log(DT_MIN)) + math.log(DT_MIN)), DT_FLOOR)
@@ -88,7 +88,7 @@ class GatedDeltaNet(RecurrentMixer):
         self.a_proj = linear(hidden_size, d.num_v_heads, ("embed", "heads"), **kw)
         self.b_proj = linear(hidden_size, d.num_v_heads, ("embed", "heads"), **kw)
         self.A_log = param(_a_log_init, rngs.params(), (d.num_v_heads,), ("heads",), param_dtype)
-        self.dt_bias = param(_dt_bias_init, rngs.params(), (d.num_v_heads,), ("heads",), param_dtype)
+        self.dt_bias = param(dt_bias_init, rngs.params(), (d.num_v_heads,), ("heads",), param_dtype)
         if use_gate:
             self.g_proj = linear(hidden_size, d.value_dim, ("embed", "heads"), **kw)
         norm_cls = GatedRMSNorm if use_gate else RMSNorm
@@ -99,16 +99,12 @@ class GatedDeltaNet(RecurrentMixer):
         self._setup(state_heads=d.num_v_heads, head_k_dim=head_dim, head_v_dim=d.head_v_dim, conv_channels=conv,
                     conv_size=conv_size, ccq=ccq, kernel=kernel, recompute=recompute, **kw)
 
-    def _qk_heads(self, x):
-        """[B, T, H*K] -> l2-normalised [B, T, HV, K] (each query/key head repeated for its value heads)."""
-        normalized = maybe_recomputed(l2_normalized, self.recompute)(split_heads(x, self.head_dim))
-        return jnp.repeat(normalized, self.dims.num_v_heads // self.num_heads,
-                          axis=2)
-
     def __call__(self, x: jax.Array, *, segment_ids: jax.Array | None = None, cache=None):
         """x: [B, T, D] -> (y [B, T, D], updated cache or None when `cache` is None)."""
         q, k, v, conv = self._project(x, segment_ids, cache, silu_without_conv=True)
-        q, k, v = self._qk_heads(q), self._qk_heads(k), split_heads(v, self.dims.head_v_dim)
+        groups = self.dims.num_v_heads // self.num_heads
+        q, k = (qk_heads(t, self.head_dim, groups, self.recompute) for t in (q, k))
+        v = split_heads(v, self.dims.head_v_dim)
         a = self.a_proj(x).astype(jnp.float32) + self.dt_bias[...].astype(jnp.float32)
         g = -jnp.exp(self.A_log[...].astype(jnp.float32)) * jax.nn.softplus(a)
         beta = jax.nn.sigmoid(self.b_proj(x).astype(jnp.float32))
@@ -116,6 +112,12 @@ class GatedDeltaNet(RecurrentMixer):
             beta = 2.0 * beta
         o, state, stats = self._read((ops.gated_delta_rule, ops.ccq_gated_delta_rule), q, k, (v, g, beta), segment_ids=segment_ids, cache=cache)
         return self._output(o, x, self.o_norm, self.use_gate), self._new_cache(cache, state, stats, conv)
+
+
+def qk_heads(x, head_dim, groups, recompute):
+    """[B, T, H*K] -> l2-normalised [B, T, H*groups, K], each query/key head repeated for its `groups` value heads
+    (fla's GVA); recompute: see `ccq_jax.layers.remat`."""
+    return jnp.repeat(maybe_recomputed(l2_normalized, recompute)(split_heads(x, head_dim)), groups, axis=2)
 
 
 @jax.checkpoint

@@ -1,4 +1,5 @@
-"""RMSNorm and the gated RMSNorm of fla's output heads (`RMSNorm`, `FusedRMSNormGated` with swish)."""
+"""RMSNorm and the gated RMSNorms of fla's output heads (`RMSNorm`, `FusedRMSNormGated` with swish, or with sigmoid
+for KDA and Gated DeltaNet-2)."""
 
 import functools
 
@@ -31,6 +32,12 @@ def gated_rms_norm(x, gate, weight, eps, dtype):
     return (_rms_normalize(x, weight, eps) * jax.nn.silu(gate.astype(jnp.float32))).astype(dtype)
 
 
+@functools.partial(jax.checkpoint, static_argnums=(3, 4))
+def sigmoid_gated_rms_norm(x, gate, weight, eps, dtype):
+    """fla's FusedRMSNormGated with activation="sigmoid": rms_norm(x) * sigmoid(gate), fp32, returned in `dtype`."""
+    return (_rms_normalize(x, weight, eps) * jax.nn.sigmoid(gate.astype(jnp.float32))).astype(dtype)
+
+
 class RMSNorm(nnx.Module):
     """x / sqrt(mean(x^2) + eps) * weight over the last axis, in fp32; returned in `dtype` (default: x's).
 
@@ -54,4 +61,13 @@ class GatedRMSNorm(RMSNorm):
 
     def __call__(self, x: jax.Array, gate: jax.Array) -> jax.Array:
         norm = maybe_recomputed(gated_rms_norm, self.recompute)
+        return norm(x, gate, self.weight[...], self.eps, self.dtype or x.dtype)
+
+
+class SigmoidGatedRMSNorm(RMSNorm):
+    """fla's `FusedRMSNormGated(activation="sigmoid")` (KDA's and GDN-2's o_norm): rmsnorm(x) * weight *
+    sigmoid(gate), in fp32."""
+
+    def __call__(self, x: jax.Array, gate: jax.Array) -> jax.Array:
+        norm = maybe_recomputed(sigmoid_gated_rms_norm, self.recompute)
         return norm(x, gate, self.weight[...], self.eps, self.dtype or x.dtype)

@@ -77,8 +77,12 @@ class RecurrentMixer(nnx.Module):
 
     def _output(self, o, x, norm, gated):
         """o_proj(norm(o, g_proj(x))) (norm(o) when not `gated`): `[B, T, H, V]` -> `[B, T, D]`."""
-        o = norm(o, split_heads(self.g_proj(x), self.head_v_dim)) if gated else norm(o)
+        o = norm(o, split_heads(self._output_gate(x), self.head_v_dim)) if gated else norm(o)
         return self.o_proj(o.reshape(*o.shape[:2], -1))
+
+    def _output_gate(self, x):
+        """The output gate's projection of x `[B, T, D]` -> `[B, T, H*V]` (fla's `g_proj`; low-rank in KDA)."""
+        return self.g_proj(x)
 
     def _read(self, reads, q, k, args, *, segment_ids, cache):
         """reads: (the backbone's op, its CCQ op), e.g. (`ops.gla`, `ops.ccq_gla`); the first, or the second when

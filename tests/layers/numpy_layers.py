@@ -10,9 +10,9 @@ import numpy as np
 from tests.ops import numpy_reference as ref
 
 
-def _f64(tree):
+def f64(tree):
     if isinstance(tree, dict):
-        return {k: _f64(v) for k, v in tree.items()}
+        return {k: f64(v) for k, v in tree.items()}
     return np.asarray(tree, np.float64)
 
 
@@ -41,11 +41,11 @@ def short_conv(x, kernel, segment_ids):
     return silu(y)
 
 
-def _split(x, d):
+def split(x, d):
     return x.reshape(*x.shape[:-1], -1, d)
 
 
-def _read(backbone, q, k, args, p, ccq, segment_ids):
+def read(backbone, q, k, args, p, ccq, segment_ids):
     if ccq is not None and ccq.mode != "off":
         if ccq.mode == "learned":
             lam = 1 / (1 + np.exp(-(np.einsum("bthk,hk->bth", q, p["ccq"]["weight"]) + p["ccq"]["bias"])))
@@ -57,29 +57,29 @@ def _read(backbone, q, k, args, p, ccq, segment_ids):
 
 
 def gla(p, x, *, num_heads, num_kv_heads, conv, ccq, eps, clamp_min=None, segment_ids=None):
-    p, x = _f64(p), np.asarray(x, np.float64)
+    p, x = f64(p), np.asarray(x, np.float64)
     q, k, v = (x @ p[n]["kernel"] for n in ("q_proj", "k_proj", "v_proj"))
     if conv:
         q, k, v = (short_conv(a, p[f"{n}_conv1d"]["kernel"], segment_ids) for a, n in ((q, "q"), (k, "k"), (v, "v")))
     gk = (x @ p["gk_proj"][0]["kernel"]) @ p["gk_proj"][1]["kernel"] + p["gk_proj"][1]["bias"]
     dk, dv = q.shape[-1] // num_heads, p["o_proj"]["kernel"].shape[0] // num_heads
     groups = num_heads // num_kv_heads
-    q = _split(q, dk)
-    k, gk = (np.repeat(_split(a, dk), groups, axis=2) for a in (k, gk))
-    v = np.repeat(_split(v, dv), groups, axis=2)
+    q = split(q, dk)
+    k, gk = (np.repeat(split(a, dk), groups, axis=2) for a in (k, gk))
+    v = np.repeat(split(v, dv), groups, axis=2)
     gk = -np.logaddexp(0, -gk) / 16
     if clamp_min is not None:
         gk = np.maximum(gk, clamp_min)
-    o = _read(ref.gla, q, k, (v, gk), p, ccq, segment_ids)
+    o = read(ref.gla, q, k, (v, gk), p, ccq, segment_ids)
     if "g_proj" in p:  # output gate on
-        o = rmsnorm(o, p["g_norm_swish_gate"]["weight"], eps) * silu(_split(x @ p["g_proj"]["kernel"], dv))
+        o = rmsnorm(o, p["g_norm_swish_gate"]["weight"], eps) * silu(split(x @ p["g_proj"]["kernel"], dv))
     else:
         o = rmsnorm(o, p["g_norm"]["weight"], eps)
     return o.reshape(*o.shape[:2], -1) @ p["o_proj"]["kernel"]
 
 
 def gated_deltanet(p, x, *, num_heads, head_dim, ccq, eps, allow_neg_eigval=False, segment_ids=None):
-    p, x = _f64(p), np.asarray(x, np.float64)
+    p, x = f64(p), np.asarray(x, np.float64)
     if "q_conv1d" in p:
         q, k, v = (short_conv(x @ p[f"{n}_proj"]["kernel"], p[f"{n}_conv1d"]["kernel"], segment_ids) for n in "qkv")
     else:
@@ -87,17 +87,17 @@ def gated_deltanet(p, x, *, num_heads, head_dim, ccq, eps, allow_neg_eigval=Fals
     l2 = lambda a: a / np.sqrt(np.sum(a * a, -1, keepdims=True) + 1e-6)
     hv = p["A_log"].shape[0]
     dv = v.shape[-1] // hv
-    q, k = (np.repeat(l2(_split(a, head_dim)), hv // num_heads, axis=2) for a in (q, k))
-    v = _split(v, dv)
+    q, k = (np.repeat(l2(split(a, head_dim)), hv // num_heads, axis=2) for a in (q, k))
+    v = split(v, dv)
     a = x @ p["a_proj"]["kernel"] + p["dt_bias"]
     g = -np.exp(p["A_log"]) * np.logaddexp(0, a)
     beta = 1 / (1 + np.exp(-(x @ p["b_proj"]["kernel"])))
     if allow_neg_eigval:
         beta = 2 * beta
-    o = _read(ref.gated_delta_rule, q, k, (v, g, beta), p, ccq, segment_ids)
+    o = read(ref.gated_delta_rule, q, k, (v, g, beta), p, ccq, segment_ids)
     o = rmsnorm(o, p["o_norm"]["weight"], eps)
     if "g_proj" in p:
-        o = o * silu(_split(x @ p["g_proj"]["kernel"], dv))
+        o = o * silu(split(x @ p["g_proj"]["kernel"], dv))
     return o.reshape(*o.shape[:2], -1) @ p["o_proj"]["kernel"]
 
 
@@ -106,12 +106,12 @@ def attention(p, x, *, num_heads, num_kv_heads, theta, segment_ids=None, window=
     `rotary_dim` channels of each head (None: all; 0: none); a query sees the keys of its document at most
     `window` - 1 tokens back (None: all); projections with their biases when the layer has them; with a `g_proj`,
     the output times sigmoid(x g_proj) before o_proj."""
-    p, x = _f64(p), np.asarray(x, np.float64)
+    p, x = f64(p), np.asarray(x, np.float64)
     b, t, d = x.shape
     hd = d // num_heads
     proj = lambda n: x @ p[n]["kernel"] + p[n].get("bias", 0.0)
-    q = _split(proj("q_proj"), hd)
-    k, v = (np.repeat(_split(proj(n), hd), num_heads // num_kv_heads, axis=2) for n in ("k_proj", "v_proj"))
+    q = split(proj("q_proj"), hd)
+    k, v = (np.repeat(split(proj(n), hd), num_heads // num_kv_heads, axis=2) for n in ("k_proj", "v_proj"))
     seg = np.zeros((b, t), int) if segment_ids is None else np.asarray(segment_ids)
     pos = np.zeros((b, t))
     for bi in range(b):
