@@ -1,8 +1,8 @@
 """fla config.json <-> ccq-jax model config: which fla fields map, which must hold a given value, which are ignored.
 
-`config_from_fla(fla_config)` accepts the `config.json` of fla's `gla` / `gated_deltanet` models
+`config_from_fla(fla_config)` accepts the `config.json` of fla's `gla` / `gated_deltanet` / `kda` models
 (and of ccq-jax's CCQ reference types `ccq_gla` / `ccq_gated_deltanet`, which add a `ccq` dict)
-and returns a `GLAConfig` / `GatedDeltaNetConfig`. Every field is one of:
+and returns a `GLAConfig` / `GatedDeltaNetConfig` / `KDAConfig`. Every field is one of:
 - mapped: copied to the field of the same name (fla's `hidden_ratio: null` means 4, and
   `dtype` (`torch_dtype` in older files) becomes both `dtype` and `param_dtype`);
 - required: a value fla supports but ccq-jax does not compute differently (`hidden_act` must be
@@ -23,18 +23,20 @@ from typing import Any, Mapping
 
 from ccq_jax import configlib
 from ccq_jax.layers.ccq import CCQConfig
-from ccq_jax.models.config import DType, GatedDeltaNetConfig, GLAConfig, ModelConfig, apply_overrides
+from ccq_jax.models.config import DType, GatedDeltaNetConfig, GLAConfig, KDAConfig, ModelConfig, apply_overrides
 
 COMMON = ("vocab_size", "hidden_size", "num_hidden_layers", "num_heads", "hidden_ratio", "intermediate_size",
           "norm_eps", "initializer_range", "tie_word_embeddings", "use_short_conv", "conv_size")
 MAPPED = {
     GLAConfig: COMMON + ("expand_k", "expand_v", "num_kv_heads", "use_output_gate", "clamp_min"),
     GatedDeltaNetConfig: COMMON + ("head_dim", "expand_v", "num_v_heads", "use_gate", "allow_neg_eigval"),
+    KDAConfig: COMMON + ("head_dim", "expand_v", "num_v_heads", "allow_neg_eigval", "safe_gate", "lower_bound"),
 }
 REQUIRED = {  # field: allowed values (the first is what config_to_fla writes)
     "common": {"hidden_act": ("swish",), "attn": (None,), "attnres_block_size": (None,)},
     GLAConfig: {"feature_map": (None,), "elementwise_affine": (True,)},
     GatedDeltaNetConfig: {"output_gate_activation": ("swish", "silu")},
+    KDAConfig: {},
 }
 IGNORED = {"model_type", "architectures", "transformers_version", "_name_or_path", "dtype", "torch_dtype",
            "use_cache", "bos_token_id", "eos_token_id", "pad_token_id", "max_position_embeddings", "attn_mode",
@@ -48,6 +50,7 @@ MODEL_TYPES = {
     "gated_deltanet": (GatedDeltaNetConfig, False, "GatedDeltaNetForCausalLM"),
     "ccq_gla": (GLAConfig, True, "CCQGLAForCausalLM"),
     "ccq_gated_deltanet": (GatedDeltaNetConfig, True, "CCQGatedDeltaNetForCausalLM"),
+    "kda": (KDAConfig, False, "KDAForCausalLM"),
 }
 FLA_GLA_GATE = {"gate_low_rank_dim": 16, "gate_logit_normalizer": 16.0}  # fixed in fla's GLA layer
 
@@ -57,8 +60,10 @@ def _required(cls) -> dict:
 
 
 def _hint(name: str, known, model_type: str) -> str:
-    if name == "ccq":
+    if name == "ccq" and f"ccq_{model_type}" in MODEL_TYPES:
         return f" (a CCQ model has model_type 'ccq_{model_type}')"
+    if name == "ccq":
+        return f" (the fla format has no CCQ {model_type} model; ccq-jax's own does: CausalLM.save_pretrained)"
     return configlib.suggestion(name, known)
 
 
@@ -95,8 +100,9 @@ def _model_type(config: ModelConfig) -> str:
     for name, (cls, has_ccq, _) in MODEL_TYPES.items():
         if type(config) is cls and has_ccq == (config.ccq is not None):
             return name
-    raise ValueError(f"config: fla has no model for {type(config).__name__}; expected a GLAConfig or "
-                     f"GatedDeltaNetConfig")
+    with_ccq = " with CCQ" if getattr(config, "ccq", None) is not None else ""
+    raise ValueError(f"config: fla has no model for {type(config).__name__}{with_ccq}; expected a GLAConfig or "
+                     f"GatedDeltaNetConfig (with or without CCQ) or a KDAConfig without CCQ")
 
 
 def config_to_fla(config: ModelConfig) -> dict:

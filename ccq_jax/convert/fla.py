@@ -3,7 +3,8 @@
     config, model = load_fla_checkpoint("path/to/fla-gla")          # config.json + safetensors
     save_fla_checkpoint(model, "out/")     # fla's AutoModelForCausalLM.from_pretrained("out/") loads it
 
-A plain GLA / Gated DeltaNet model is written as fla's `gla` / `gated_deltanet`; a model with a
+A plain GLA / Gated DeltaNet / KDA model is written as fla's `gla` / `gated_deltanet` / `kda` (fla's
+`KDAForCausalLM`; a CCQ-KDA or GDN-2 model has no fla format: save those with `CausalLM.save_pretrained`); a model with a
 CCQ config as `ccq_gla` / `ccq_gated_deltanet` (the CCQ reference in `ccq_jax.torch_reference`
 loads those): fla's config plus a `ccq` dict (`mode`, `fixed_lambda`, `centered`,
 `normalize_keys`, `gate_bias_init`) and fla's state_dict plus the gate of each layer,

@@ -16,10 +16,14 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from ccq_jax.layers import Attention, GatedDeltaNet, GatedLinearAttention, GatedMLP, RMSNorm
+from ccq_jax.layers import (
+    Attention, GatedDeltaNet, GatedDeltaNet2, GatedLinearAttention, GatedMLP, KimiDeltaAttention, RMSNorm,
+)
 from ccq_jax.layers.params import linear, normal, sharded
 from ccq_jax.ops.internals import head_logits, in_range
-from ccq_jax.models.config import GatedDeltaNetConfig, GLAConfig, ModelConfig, TransformerConfig, layer_mixers
+from ccq_jax.models.config import (
+    ChannelDecayConfig, GatedDeltaNetConfig, GLAConfig, KDAConfig, ModelConfig, TransformerConfig, layer_mixers,
+)
 from ccq_jax.models.pretrained import read_pretrained, save_pretrained
 
 
@@ -46,8 +50,14 @@ def _mixer(cfg: ModelConfig, rngs: nnx.Rngs, index: int) -> nnx.Module:
         return GatedDeltaNet(
             cfg.hidden_size, num_heads=cfg.num_heads, head_dim=cfg.head_dim, expand_v=cfg.expand_v,
             num_v_heads=cfg.num_v_heads, use_gate=cfg.use_gate, allow_neg_eigval=cfg.allow_neg_eigval, **common)
-    raise ValueError(f"config: expected a TransformerConfig, GLAConfig or GatedDeltaNetConfig, "
-                     f"got {type(cfg).__name__}")
+    if isinstance(cfg, ChannelDecayConfig):
+        common.update(num_heads=cfg.num_heads, head_dim=cfg.head_dim, expand_v=cfg.expand_v,
+                      num_v_heads=cfg.num_v_heads, allow_neg_eigval=cfg.allow_neg_eigval)
+        if isinstance(cfg, KDAConfig):
+            return KimiDeltaAttention(cfg.hidden_size, safe_gate=cfg.safe_gate, lower_bound=cfg.lower_bound, **common)
+        return GatedDeltaNet2(cfg.hidden_size, **common)
+    raise ValueError(f"config: expected a TransformerConfig, GLAConfig, GatedDeltaNetConfig, KDAConfig or "
+                     f"GatedDeltaNet2Config, got {type(cfg).__name__}")
 
 
 class Block(nnx.Module):

@@ -1,7 +1,8 @@
 """Model configs: frozen, self-validating dataclasses, one per family, with fla's field names and defaults.
 
-`TransformerConfig`, `GLAConfig` and `GatedDeltaNetConfig` default to fla's default (1.3B)
-`TransformerConfig` / `GLAConfig` / `GatedDeltaNetConfig`. Types are checked by
+`TransformerConfig`, `GLAConfig`, `GatedDeltaNetConfig` and `KDAConfig` default to fla's default (1.3B)
+`TransformerConfig` / `GLAConfig` / `GatedDeltaNetConfig` / `KDAConfig`; `GatedDeltaNet2Config` (fla has a GDN-2
+layer but no model) to KDA's model with fla's GDN-2 layer defaults. Types are checked by
 `ccq_jax.configlib`, values here; every failure is a `ValueError` naming the field. Built
 from dicts or overrides (`config_from_dict`, `apply_overrides`, `get_config(name, **overrides)`)
 unknown keys are rejected with the closest valid name. `dtype` is the compute dtype,
@@ -29,6 +30,7 @@ from ccq_jax.layers.attention import attention_head_dim
 from ccq_jax.layers.ccq import CCQConfig
 from ccq_jax.layers.gated_deltanet import gdn_dims
 from ccq_jax.layers.gla import gla_dims
+from ccq_jax.layers.kda import check_kda_gate
 from ccq_jax.layers.kernel_policy import KernelPolicy
 from ccq_jax.layers.mlp import mlp_width
 from ccq_jax.ops import REFERENCES
@@ -284,3 +286,46 @@ def apply_overrides(cfg: ModelConfig, overrides: Mapping[str, Any]) -> ModelConf
         if key in names:
             raise ValueError(f"{key}: renamed to {names[key]} (e.g. {names[key]}={overrides[key]!r})")
     return configlib.with_overrides(cfg, overrides)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ChannelDecayConfig(LinearAttentionConfig):
+    """What KDA and Gated DeltaNet-2 share (fla's layer defaults: 16 heads of 128, expand_v 1, short convs). Their
+    layers read through the generalized delta rule's XLA forms: kernel.impl and kernel.decode_impl must be one of
+    "chunk", "recurrent", "scan" (no kernels yet)."""
+
+    num_heads: int = 16
+    head_dim: int = 128
+    expand_v: float = 1.0
+    num_v_heads: int | None = None
+    use_short_conv: bool = True
+    allow_neg_eigval: bool = False
+
+    def __post_init__(self):
+        super().__post_init__()
+        gdn_dims(self.num_heads, self.head_dim, self.expand_v, self.num_v_heads)
+        self.kernel.references_only(f"the {self.family} family")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class KDAConfig(ChannelDecayConfig):
+    """fla's KDAConfig (Kimi Delta Attention): safe_gate / lower_bound pick fla's bounded gate."""
+
+    family: ClassVar[str] = "kda"
+
+    safe_gate: bool = False
+    lower_bound: float | None = None
+
+    def __post_init__(self):
+        super().__post_init__()
+        check_kda_gate(self.safe_gate, self.lower_bound)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class GatedDeltaNet2Config(ChannelDecayConfig):
+    """Gated DeltaNet-2: fla's `GatedDeltaNet2` layer in KDA's model (fla has no GDN-2 model class)."""
+
+    family: ClassVar[str] = "gdn2"
+
+
+FAMILIES.update({cls.family: cls for cls in (KDAConfig, GatedDeltaNet2Config)})

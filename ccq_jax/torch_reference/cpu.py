@@ -1,8 +1,9 @@
-"""`cpu_paths()`: run fla's GLA and Gated DeltaNet models on a CPU, where its Triton kernels cannot run.
+"""`cpu_paths()`: run fla's GLA, Gated DeltaNet and KDA models on a CPU, where its Triton kernels cannot run.
 
 Inside the context, every Triton call of these models' forward goes to a pure-PyTorch path:
 the recurrences to fla's own references (`fla.ops.gla.naive.naive_recurrent_gla`,
-`fla.ops.gated_delta_rule.naive.naive_recurrent_gated_delta_rule` with fla's `naive_gdn_gate`),
+`fla.ops.gated_delta_rule.naive.naive_recurrent_gated_delta_rule` with fla's `naive_gdn_gate`,
+`fla.ops.kda.naive.naive_recurrent_kda` with fla's `naive_kda_gate` / `naive_kda_lowerbound_gate`),
 the norms to fla's `rms_norm_ref` functions, the short convolutions to `torch.nn.Conv1d`'s
 causal form, and the SwiGLU MLP to `silu(gate) * up`. Only whole sequences are supported
 (no cache, `cu_seqlens` or `attention_mask`: NotImplementedError), which is what parity needs.
@@ -15,15 +16,20 @@ import torch
 import torch.nn.functional as F
 from fla.layers import gated_deltanet as fla_gdn_layer
 from fla.layers import gla as fla_gla_layer
+from fla.layers import kda as fla_kda_layer
 from fla.modules import FusedRMSNormGated, GatedMLP, RMSNorm, ShortConvolution
 from fla.modules.norm import layernorm as fla_layernorm
 from fla.modules.norm import layernorm_gated as fla_layernorm_gated
 from fla.ops.gated_delta_rule.gate import naive_gdn_gate
 from fla.ops.gated_delta_rule.naive import naive_recurrent_gated_delta_rule
 from fla.ops.gla.naive import naive_recurrent_gla
+from fla.ops.kda.gate import naive_kda_gate, naive_kda_lowerbound_gate
+from fla.ops.kda.naive import naive_recurrent_kda
 
 from ccq_jax.torch_reference.ccq import l2norm
 from ccq_jax.torch_reference.models import GDN_KERNELS, GLA_KERNELS
+
+KDA_KERNELS = ("chunk_kda", "fused_recurrent_kda")
 
 
 def _unsupported(what, **given):
@@ -64,6 +70,25 @@ def naive_gdn(*, q, k, v, g, beta, scale=None, initial_state=None, output_final_
     o, state = naive_recurrent_gated_delta_rule(q, k, v, beta, g, scale=scale,
                                                 initial_state=_state_layout(initial_state, state_v_first),
                                                 output_final_state=output_final_state)
+    return o.to(v.dtype), _state_layout(state, state_v_first)
+
+
+def naive_kda(*, q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False,
+              use_qk_l2norm_in_kernel=False, use_gate_in_kernel=False, use_beta_sigmoid_in_kernel=False,
+              allow_neg_eigval=False, lower_bound=None, A_log=None, dt_bias=None, state_v_first=False,
+              cu_seqlens=None, **_):
+    """fla's KDA kernels' signature (`chunk_kda`, `fused_recurrent_kda`) on `naive_recurrent_kda` (GVA inside)."""
+    _unsupported("kda", cu_seqlens=cu_seqlens)
+    if use_qk_l2norm_in_kernel:
+        q, k = l2norm(q), l2norm(k)
+    if use_gate_in_kernel:
+        g = (naive_kda_gate(g, A_log, dt_bias) if lower_bound is None
+             else naive_kda_lowerbound_gate(g, A_log, dt_bias, lower_bound))
+    if use_beta_sigmoid_in_kernel:
+        beta = beta.float().sigmoid() * (2.0 if allow_neg_eigval else 1.0)
+    o, state = naive_recurrent_kda(q, k, v, g, beta, scale=scale,
+                                   initial_state=_state_layout(initial_state, state_v_first),
+                                   output_final_state=output_final_state)
     return o.to(v.dtype), _state_layout(state, state_v_first)
 
 
@@ -109,11 +134,12 @@ def _gated_mlp(self, x, **_):
 
 @contextlib.contextmanager
 def cpu_paths():
-    """Within the context fla's GLA / Gated DeltaNet models (and the CCQ reference) run in pure PyTorch."""
+    """Within the context fla's GLA / Gated DeltaNet / KDA models (and the CCQ reference) run in pure PyTorch."""
     with contextlib.ExitStack() as stack:
         stack.enter_context(mock.patch.multiple(fla_gla_layer, **dict.fromkeys(GLA_KERNELS, naive_gla)))
         stack.enter_context(mock.patch.multiple(fla_gdn_layer, causal_conv1d=causal_conv1d,
                                                 **dict.fromkeys(GDN_KERNELS, naive_gdn)))
+        stack.enter_context(mock.patch.multiple(fla_kda_layer, **dict.fromkeys(KDA_KERNELS, naive_kda)))
         for cls, forward in ((RMSNorm, _rms_norm), (FusedRMSNormGated, _rms_norm_gated),
                              (ShortConvolution, _short_conv), (GatedMLP, _gated_mlp)):
             stack.enter_context(mock.patch.object(cls, "forward", forward))

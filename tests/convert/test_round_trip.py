@@ -15,6 +15,7 @@ MODELS = {
                              clamp_min=-0.1)),
     "ccq-gla": ("ccq-gla-tiny", dict(use_output_gate=False, tie_word_embeddings=True)),
     "ccq-gdn": ("ccq-gdn-tiny", dict(num_v_heads=4, allow_neg_eigval=True, ccq={"mode": "fixed"})),
+    "kda": ("kda-tiny", dict(num_v_heads=4, allow_neg_eigval=True, safe_gate=True, lower_bound=-5.0)),
 }
 
 

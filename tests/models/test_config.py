@@ -18,6 +18,7 @@ def test_preset_names():
     expected = {f"{f}-{s}" for f in ("transformer", "gla", "gdn", "ccq-gla", "ccq-gdn") for s in sizes}
     expected |= {f"{ccq}{f}-hybrid-tiny" for f in ("gla", "gdn") for ccq in ("", "ccq-")}
     expected |= {"gdn-hybrid-1.3b", "ccq-gdn-hybrid-1.3b"}
+    expected |= {f"{ccq}{f}-{s}" for f in ("kda", "gdn2") for ccq in ("", "ccq-") for s in ("tiny", "1.3b")}
     assert set(PRESETS) == expected
     assert all(get_config(name).ccq is not None for name in PRESETS if name.startswith("ccq-"))
 
@@ -118,7 +119,7 @@ def test_overrides():
 def test_dict_round_trip(name):
     cfg = get_config(name)
     assert config_from_dict(cfg.to_dict()) == cfg
-    expected = r"family: unknown value 'rnn'; expected one of \('transformer', 'gla', 'gdn'\)"
+    expected = r"family: unknown value 'rnn'; expected one of \('transformer', 'gla', 'gdn', 'kda', 'gdn2'\)"
     with pytest.raises(ValueError, match=expected):
         config_from_dict({**cfg.to_dict(), "family": "rnn"})
 
