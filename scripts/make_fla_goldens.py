@@ -9,6 +9,9 @@ without torch: `config.json` + `model.safetensors` (an fla model folder), `input
 `logits.npy` (PyTorch's fp32 logits, on a CPU with fla's pure-PyTorch paths) and `golden.json`
 (how it was made, versions, and our relative RMS at generation time).
 
+Layer cases (`LAYER_CASES`: fla's GDN-2 has a layer but no model) hold instead the layer's `config.json` (its class
+in `fla.layers` and keyword arguments), `layer.safetensors` (its state_dict), `x.npy` [2, 40, 32] and fla's `y.npy`.
+
 Two kinds of case: "fla" models are built and randomly initialised by fla's own code (then
 every parameter perturbed by 0.05 N(0, 1), so norms and biases are not at their special initial
 values); "ccq-jax" models are ours, with random parameters, written by `save_fla_checkpoint`
@@ -36,6 +39,7 @@ from ccq_jax.models import CausalLM, get_config  # noqa: E402
 BATCH, LENGTH, SEED = 2, 40, 0
 SMALL = dict(vocab_size=48, hidden_size=32, num_hidden_layers=2, intermediate_size=64)
 PERTURB = 0.05
+LAYER_PERTURB = 0.2  # a layer alone: larger, so that the gates and norms are well off their initial values
 CCQ_FIXED = dict(mode="fixed", fixed_lambda=0.5, centered=False, normalize_keys=False, gate_bias_init=-2.0)
 
 # name: ("fla", fla config dict) or ("ccq-jax", (preset, overrides))
@@ -54,7 +58,35 @@ CASES = {
     "gdn-from-jax": ("ccq-jax", ("gdn-tiny", dict(num_heads=2, head_dim=8, **SMALL))),
     "ccq-gla": ("ccq-jax", ("ccq-gla-tiny", dict(num_heads=2, num_kv_heads=1, use_short_conv=True, **SMALL))),
     "ccq-gdn": ("ccq-jax", ("ccq-gdn-tiny", dict(num_heads=2, head_dim=8, num_v_heads=4, **SMALL))),
+    "kda-gva": ("fla", dict(model_type="kda", num_heads=2, head_dim=8, num_v_heads=4, allow_neg_eigval=True,
+                            initializer_range=0.1, **SMALL)),
+    "kda-bounded-from-jax": ("ccq-jax", ("kda-tiny", dict(num_heads=2, head_dim=8, safe_gate=True, lower_bound=-5.0,
+                                                          conv_size=3, **SMALL))),
 }
+
+
+# name: (the layer's class, in fla.layers and in ccq_jax.layers alike, its keyword arguments)
+LAYER_CASES = {
+    "gdn2-layer": ("GatedDeltaNet2", dict(hidden_size=32, head_dim=8, num_heads=2, num_v_heads=4, allow_neg_eigval=True,
+                                          conv_size=3, norm_eps=1e-5)),
+    "gdn2-layer-noconv": ("GatedDeltaNet2", dict(hidden_size=32, head_dim=16, num_heads=2, expand_v=0.5,
+                                                 use_short_conv=False, norm_eps=1e-5)),
+}
+
+
+def make_layer_case(name: str, folder: Path, python: str) -> None:
+    """fla's layer, its input and output (tests/layers/test_kda.py compares ours with them)."""
+    kind, config = LAYER_CASES[name]
+    folder.mkdir(parents=True, exist_ok=True)
+    write_json(folder / "config.json", {"kind": kind, "config": config})
+    with tempfile.TemporaryDirectory() as tmp:
+        config_file = Path(tmp) / "config.json"
+        config_file.write_text(json.dumps(config))
+        stdout = run_torch_side(python, "layer", "--kind", kind, "--config", str(config_file), "--out", str(folder),
+                                "--seed", str(SEED), "--perturb", str(LAYER_PERTURB))
+    write_json(folder / "golden.json", {"made_by": f"fla.layers.{kind} init (torch.manual_seed({SEED})), every "
+                                                   f"parameter + {LAYER_PERTURB} N(0, 1)",
+                                        "torch_side": json.loads(stdout.strip().splitlines()[-1])})
 
 
 def _fla_init(config: dict, folder: Path, python: str) -> None:
@@ -100,9 +132,13 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--torch-python", required=True, help="a Python with torch, transformers and fla")
     parser.add_argument("--out", default=str(ROOT / "tests" / "fixtures" / "fla"))
-    parser.add_argument("cases", nargs="*", help=f"default: all of {', '.join(CASES)}")
+    parser.add_argument("cases", nargs="*", help=f"default: all of {', '.join([*CASES, *LAYER_CASES])}")
     args = parser.parse_args(argv)
-    for name in args.cases or CASES:
+    for name in args.cases or [*CASES, *LAYER_CASES]:
+        if name in LAYER_CASES:
+            make_layer_case(name, Path(args.out) / name, args.torch_python)
+            print(f"{name:<16} written (tests/layers/test_kda.py compares our layer)")
+            continue
         metrics = make_case(name, Path(args.out) / name, args.torch_python)
         print(f"{name:<16} relative RMS of our logits {metrics['rel_rms']:.2e}, top-1 agreement "
               f"{metrics['top1_agreement']:.1%}")

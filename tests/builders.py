@@ -12,6 +12,7 @@ here, never from another test module or a conftest).
 """
 
 import functools
+import json
 import os
 import subprocess
 import sys
@@ -23,7 +24,10 @@ import numpy as np
 from flax import nnx
 
 import ccq_jax.ops as ops
+from ccq_jax import layers
 from ccq_jax.models import CausalLM, abstract_model, get_config
+from ccq_jax.models.files import read_safetensors
+from ccq_jax.models.state_dict import load_layer
 
 # ---- numbers -------------------------------------------------------------------------------------------------
 
@@ -291,6 +295,18 @@ def forward(model, input_ids, segment_ids=None):
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "fla"
 GOLDENS = sorted(p.name for p in FIXTURES.iterdir() if (p / "logits.npy").is_file())
+LAYER_GOLDENS = sorted(p.name for p in FIXTURES.iterdir() if (p / "layer.safetensors").is_file())
+
+
+def layer_golden(case, **options):
+    """(our layer with the parameters of fla's layer in golden `case`, its input x, fla's output y); options: our
+    layer's own (e.g. kernel=KernelPolicy(...))."""
+    folder = FIXTURES / case
+    spec = json.loads((folder / "config.json").read_text())
+    config = dict(spec["config"])
+    layer = getattr(layers, spec["kind"])(config.pop("hidden_size"), **config, **options, rngs=nnx.Rngs(0))
+    load_layer(layer, read_safetensors(folder / "layer.safetensors"))
+    return layer, np.load(folder / "x.npy"), np.load(folder / "y.npy")
 
 
 def random_model(name, seed=0, **overrides):

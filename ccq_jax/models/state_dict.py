@@ -12,7 +12,8 @@ so `layers.3.attn.q_proj.kernel` is `model.layers.3.attn.q_proj.weight`, transpo
 gate of layer 3 is `model.layers.3.attn.ccq.weight` / `.bias`. Conversions are exact (transposes
 and reshapes only; a dtype cast only when the stored dtype differs from the model's).
 `native_rules` name every parameter by its own dotted path, unchanged: ccq-jax's own format
-(`CausalLM.save_pretrained`). fla's config fields are mapped in `ccq_jax.convert.config`.
+(`CausalLM.save_pretrained`). fla's config fields are mapped in `ccq_jax.convert.config`. `load_layer` fills one
+mixer layer from an fla layer's own state_dict (layer-level parity, e.g. with fla's GDN-2 layer, which has no model).
 """
 
 from collections.abc import Mapping
@@ -115,3 +116,21 @@ def from_state_dict(model: nnx.Module, state_dict: Mapping[str, np.ndarray], *, 
         values[path] = jnp.asarray(layout.from_stored(stored).astype(expected[path].dtype, copy=False))
     nnx.update(model, nnx.from_flat_state(values))
     return model
+
+
+def load_layer(layer: nnx.Module, state_dict: Mapping[str, np.ndarray]) -> nnx.Module:
+    """A mixer layer (e.g. `ccq_jax.layers.GatedDeltaNet2`) filled, in place, with the tensors of an fla layer's
+    state_dict (`q_proj.weight`, `A_log`, ...: fla's names without a model's `model.layers.{i}.attn.`), laid out by
+    fla's rules; ValueError naming missing or unexpected tensors."""
+    rules = {path: (name.removeprefix("model.").lstrip("."), layout)  # a leaf of the layer itself: "model..A_log"
+             for path, (name, layout) in fla_rules(layer).items()}
+    names = {name for name, _ in rules.values()}
+    missing, unexpected = names - set(state_dict), set(state_dict) - names
+    if missing or unexpected:
+        raise ValueError(f"state_dict: does not match the layer {type(layer).__name__}: missing "
+                         f"[{_names(missing)}]; unexpected [{_names(unexpected)}]")
+    current = dict(nnx.to_flat_state(nnx.state(layer, nnx.Param)))
+    nnx.update(layer, nnx.from_flat_state({
+        path: jnp.asarray(layout.from_stored(np.asarray(state_dict[name])), current[path][...].dtype)
+        for path, (name, layout) in rules.items()}))
+    return layer

@@ -3,6 +3,7 @@
     init   --config CONFIG.json --out DIR [--seed 0] [--perturb 0.0]   a random fla / CCQ reference checkpoint
     logits --checkpoint DIR --ids IDS.npy --out LOGITS.npy [--device auto|cpu|cuda] [--dtype float32|bfloat16]
            (prints one JSON line: the device used, torch and fla versions)
+    layer  --kind CLASS --config CONFIG.json --out DIR [--seed 0] [--perturb 0.0]   an fla layer's state_dict, x, y
 
 Run by path (as above) it imports only torch, fla and this package, not `ccq_jax/__init__.py`
 (which needs JAX), so it works from a Python that has torch and fla but no JAX.
@@ -40,8 +41,17 @@ def main(argv=None) -> None:
     logits.add_argument("--device", default="auto", help="auto (cuda if available), cpu or cuda")
     logits.add_argument("--dtype", default="float32", choices=sorted(run.DTYPES))
     logits.add_argument("--tf32", action="store_true", help="let torch's fp32 matmuls on a GPU use TF32")
+    layer = sub.add_parser("layer", help="an fla mixer layer's state_dict, an input and its output (CPU, fp32)")
+    layer.add_argument("--kind", required=True, help="its class in fla.layers, e.g. GatedDeltaNet2")
+    layer.add_argument("--config", required=True, help="JSON file: the layer's keyword arguments")
+    layer.add_argument("--out", required=True)
+    layer.add_argument("--seed", type=int, default=0)
+    layer.add_argument("--perturb", type=float, default=0.0, help="add perturb * N(0, 1) to every parameter")
     args = parser.parse_args(argv)
-    if args.command == "init":
+    if args.command == "layer":
+        run.layer_outputs(args.kind, json.loads(Path(args.config).read_text()), args.seed, args.out, args.perturb)
+        print(json.dumps(run.versions()))
+    elif args.command == "init":
         run.init_checkpoint(json.loads(Path(args.config).read_text()), args.seed, args.out, args.perturb)
     else:
         device = run.resolve_device(args.device)

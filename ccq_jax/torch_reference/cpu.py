@@ -1,9 +1,11 @@
-"""`cpu_paths()`: run fla's GLA, Gated DeltaNet and KDA models on a CPU, where its Triton kernels cannot run.
+"""`cpu_paths()`: run fla's GLA, Gated DeltaNet and KDA models (and its GDN-2 layer) on a CPU, where its Triton
+kernels cannot run.
 
 Inside the context, every Triton call of these models' forward goes to a pure-PyTorch path:
 the recurrences to fla's own references (`fla.ops.gla.naive.naive_recurrent_gla`,
 `fla.ops.gated_delta_rule.naive.naive_recurrent_gated_delta_rule` with fla's `naive_gdn_gate`,
-`fla.ops.kda.naive.naive_recurrent_kda` with fla's `naive_kda_gate` / `naive_kda_lowerbound_gate`),
+`fla.ops.kda.naive.naive_recurrent_kda` with fla's `naive_kda_gate` / `naive_kda_lowerbound_gate`,
+`fla.ops.gdn2.naive.naive_recurrent_gdn2`),
 the norms to fla's `rms_norm_ref` functions, the short convolutions to `torch.nn.Conv1d`'s
 causal form, and the SwiGLU MLP to `silu(gate) * up`. Only whole sequences are supported
 (no cache, `cu_seqlens` or `attention_mask`: NotImplementedError), which is what parity needs.
@@ -15,6 +17,7 @@ from unittest import mock
 import torch
 import torch.nn.functional as F
 from fla.layers import gated_deltanet as fla_gdn_layer
+from fla.layers import gdn2 as fla_gdn2_layer
 from fla.layers import gla as fla_gla_layer
 from fla.layers import kda as fla_kda_layer
 from fla.modules import FusedRMSNormGated, GatedMLP, RMSNorm, ShortConvolution
@@ -22,6 +25,7 @@ from fla.modules.norm import layernorm as fla_layernorm
 from fla.modules.norm import layernorm_gated as fla_layernorm_gated
 from fla.ops.gated_delta_rule.gate import naive_gdn_gate
 from fla.ops.gated_delta_rule.naive import naive_recurrent_gated_delta_rule
+from fla.ops.gdn2.naive import naive_recurrent_gdn2
 from fla.ops.gla.naive import naive_recurrent_gla
 from fla.ops.kda.gate import naive_kda_gate, naive_kda_lowerbound_gate
 from fla.ops.kda.naive import naive_recurrent_kda
@@ -30,6 +34,7 @@ from ccq_jax.torch_reference.ccq import l2norm
 from ccq_jax.torch_reference.models import GDN_KERNELS, GLA_KERNELS
 
 KDA_KERNELS = ("chunk_kda", "fused_recurrent_kda")
+GDN2_KERNELS = ("chunk_gdn2", "fused_recurrent_gdn2")
 
 
 def _unsupported(what, **given):
@@ -92,6 +97,16 @@ def naive_kda(*, q, k, v, g, beta, scale=None, initial_state=None, output_final_
     return o.to(v.dtype), _state_layout(state, state_v_first)
 
 
+def naive_gdn2(*, q, k, v, g, b, w, scale=None, initial_state=None, output_final_state=False,
+               use_qk_l2norm_in_kernel=False, cu_seqlens=None, **_):
+    """fla's GDN-2 kernels' signature (`chunk_gdn2`, `fused_recurrent_gdn2`) on `naive_recurrent_gdn2`."""
+    _unsupported("gdn2", cu_seqlens=cu_seqlens)
+    if use_qk_l2norm_in_kernel:
+        q, k = l2norm(q), l2norm(k)
+    return naive_recurrent_gdn2(q, k, v, g, b, w, scale=scale, initial_state=initial_state,
+                                output_final_state=output_final_state)
+
+
 def _rms_norm(self, x, residual=None, prenorm=False, residual_in_fp32=False):
     out = fla_layernorm.rms_norm_ref(x, self.weight, self.bias, residual=residual, eps=self.eps, prenorm=prenorm,
                                      upcast=True)
@@ -134,12 +149,14 @@ def _gated_mlp(self, x, **_):
 
 @contextlib.contextmanager
 def cpu_paths():
-    """Within the context fla's GLA / Gated DeltaNet / KDA models (and the CCQ reference) run in pure PyTorch."""
+    """Within the context fla's GLA / Gated DeltaNet / KDA models, its GDN-2 layer (and the CCQ reference) run in
+    pure PyTorch."""
     with contextlib.ExitStack() as stack:
         stack.enter_context(mock.patch.multiple(fla_gla_layer, **dict.fromkeys(GLA_KERNELS, naive_gla)))
         stack.enter_context(mock.patch.multiple(fla_gdn_layer, causal_conv1d=causal_conv1d,
                                                 **dict.fromkeys(GDN_KERNELS, naive_gdn)))
         stack.enter_context(mock.patch.multiple(fla_kda_layer, **dict.fromkeys(KDA_KERNELS, naive_kda)))
+        stack.enter_context(mock.patch.multiple(fla_gdn2_layer, **dict.fromkeys(GDN2_KERNELS, naive_gdn2)))
         for cls, forward in ((RMSNorm, _rms_norm), (FusedRMSNormGated, _rms_norm_gated),
                              (ShortConvolution, _short_conv), (GatedMLP, _gated_mlp)):
             stack.enter_context(mock.patch.object(cls, "forward", forward))

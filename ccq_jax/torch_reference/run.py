@@ -5,6 +5,9 @@ dict (`model_type` picks the class), initialised by fla's own code under `torch.
 optionally with every parameter perturbed by `perturb * N(0, 1)` (so that norms at one and zero
 biases are not special), written with `save_pretrained` (config.json + model.safetensors).
 
+`layer_outputs(kind, config, seed, out, perturb)`: one fla mixer layer (fla has GDN-2 as a layer only), its
+state_dict, an input and its output, for layer-level parity.
+
 `checkpoint_logits(path, input_ids, device, dtype)` (device "cpu", "cuda" or "auto"): loads a checkpoint with
 `AutoModelForCausalLM.from_pretrained` (any missing, unexpected or mis-shaped parameter is an
 error, not a warning) and returns fp32 logits [B, T, vocab] as NumPy. On a CPU the forward runs
@@ -13,9 +16,12 @@ inside `cpu_paths()`; on a GPU it runs fla's Triton kernels.
 
 import contextlib
 import importlib.metadata
+from pathlib import Path
 
+import fla.layers
 import numpy as np
 import torch
+from safetensors.torch import save_file
 from transformers import AutoConfig, AutoModelForCausalLM
 
 from ccq_jax.torch_reference.cpu import cpu_paths
@@ -35,6 +41,26 @@ def init_checkpoint(config: dict, seed: int, out, perturb: float = 0.0) -> None:
             for p in model.parameters():
                 p.add_(perturb * torch.randn_like(p))
     model.save_pretrained(out)
+
+
+def layer_outputs(kind: str, config: dict, seed: int, out, perturb: float = 0.0, batch: int = 2,
+                  tokens: int = 40) -> None:
+    """fla's mixer layer `kind` (a class of `fla.layers`, e.g. "GatedDeltaNet2") built from `config` (its keyword
+    arguments) under `torch.manual_seed(seed)`, every parameter + perturb * N(0, 1), run in fp32 on the CPU paths
+    on x ~ N(0, 1) [batch, tokens, hidden_size]: writes `layer.safetensors` (its state_dict) and `x.npy`, `y.npy`
+    to the folder `out`."""
+    torch.manual_seed(seed)
+    layer = getattr(fla.layers, kind)(**config).float().eval()
+    with torch.no_grad():
+        for p in layer.parameters():
+            p.add_(perturb * torch.randn_like(p))
+        x = torch.randn(batch, tokens, config["hidden_size"])
+        with cpu_paths():
+            y = layer(x)[0]
+    Path(out).mkdir(parents=True, exist_ok=True)
+    save_file({k: v.contiguous() for k, v in layer.state_dict().items()}, str(Path(out) / "layer.safetensors"))
+    np.save(Path(out) / "x.npy", x.numpy())
+    np.save(Path(out) / "y.npy", y.float().numpy())
 
 
 def load_checkpoint(path, device: str = "cpu", dtype: str = "float32"):

@@ -20,7 +20,8 @@ def _golden(case):
 
 
 def test_every_kind_of_golden_is_there():
-    assert {"gla", "gdn", "ccq-gla", "ccq-gdn", "gla-from-jax", "gdn-from-jax"} <= set(GOLDENS)
+    assert {"gla", "gdn", "ccq-gla", "ccq-gdn", "gla-from-jax", "gdn-from-jax", "kda-gva",
+            "kda-bounded-from-jax"} <= set(GOLDENS)
 
 
 @pytest.mark.parametrize("case", GOLDENS)

@@ -1,12 +1,15 @@
 """KimiDeltaAttention (KDA) and GatedDeltaNet2 (GDN-2) against float64 NumPy forwards of fla's layers (gates,
-GVA, short convs, CCQ, documents), continued through the cache, and their refusals by name."""
+GVA, short convs, CCQ, documents) and GDN-2 against fla's own layer (goldens), continued through the cache, and
+their refusals by name. (KDA against fla's own model: tests/convert/test_goldens.py.)"""
 
 import jax.numpy as jnp
 import pytest
 from flax import nnx
 
 from ccq_jax.layers import CCQConfig, GatedDeltaNet2, KernelPolicy, KimiDeltaAttention
-from tests.builders import call, D, layer_inputs as inputs, layer_params as params, randomize, rel_rms, SEGMENTS
+from tests.builders import (
+    call, D, layer_golden, LAYER_GOLDENS, layer_inputs as inputs, layer_params as params, randomize, rel_rms, SEGMENTS,
+)
 from tests.layers import numpy_delta_layers as ref
 
 TOL = 2e-5  # fp32 layer vs float64 NumPy, as for the other mixers
@@ -43,6 +46,20 @@ def test_gdn2_layer_matches_numpy(ccq, v_heads, neg, conv, segments, kernel):
     y, _ = call(layer, inputs(), seg)
     expected = ref.gdn2(params(layer), inputs(), num_heads=2, head_dim=8, ccq=CCQ[ccq], eps=1e-5,
                         allow_neg_eigval=neg, segment_ids=seg)
+    assert rel_rms(y, expected) < TOL
+
+
+def test_the_gdn2_layer_goldens_are_there():
+    assert {"gdn2-layer", "gdn2-layer-noconv"} <= set(LAYER_GOLDENS)
+
+
+@pytest.mark.parametrize("kernel", [RECURRENT, CHUNK], ids=["recurrent", "chunk"])
+@pytest.mark.parametrize("case", LAYER_GOLDENS)
+def test_layer_matches_fla_own_layer(case, kernel):
+    """fla's `GatedDeltaNet2` (its `naive_recurrent_gdn2` on the CPU paths, scripts/make_fla_goldens.py): its
+    state_dict loaded by fla's names and layouts, the same x."""
+    layer, x, expected = layer_golden(case, kernel=kernel)
+    y, _ = call(layer, jnp.asarray(x))
     assert rel_rms(y, expected) < TOL
 
 
