@@ -1,7 +1,7 @@
 """Flax NNX layers: thin modules that hold parameters and call into `ccq_jax.ops`.
 
 Mixers (token mixing; each `layer(x, segment_ids=None, cache=None) -> (y, cache)`):
-`GatedLinearAttention`, `GatedDeltaNet` (both optionally with the CCQ read, `ccq=CCQConfig(...)`)
+`GatedLinearAttention`, `GatedDeltaNet`, `Mamba2` (SSD) (each optionally with the CCQ read, `ccq=CCQConfig(...)`)
 and softmax `Attention` with RoPE (the Transformer's and a hybrid's: GQA, sliding window, partial RoPE or NoPE,
 output gate). Shared blocks: `RMSNorm`, `GatedRMSNorm`,
 `GatedMLP` (fla's width rule `mlp_width`), `ShortConvolution`. Parameter names follow fla's
@@ -16,9 +16,11 @@ from ccq_jax.layers.conv import ShortConvolution
 from ccq_jax.layers.gated_deltanet import GatedDeltaNet
 from ccq_jax.layers.gla import GatedLinearAttention
 from ccq_jax.layers.kernel_policy import KernelPolicy
+from ccq_jax.layers.mamba2 import Mamba2
 from ccq_jax.layers.mlp import GatedMLP, mlp_width
 from ccq_jax.layers.norm import GatedRMSNorm, RMSNorm
 from ccq_jax.layers.params import AXES
 
 __all__ = ["AXES", "Attention", "CCQConfig", "CCQGate", "GatedDeltaNet", "GatedLinearAttention", "GatedMLP",
-           "GatedRMSNorm", "KVCache", "KernelPolicy", "RMSNorm", "RecurrentCache", "ShortConvolution", "mlp_width"]
+           "GatedRMSNorm", "KVCache", "KernelPolicy", "Mamba2", "RMSNorm", "RecurrentCache", "ShortConvolution",
+           "mlp_width"]

@@ -2,8 +2,9 @@
 
 Module paths follow fla's state_dict without the `model.` prefix: `embeddings`,
 `layers.{i}.attn_norm`, `layers.{i}.attn` (the mixer), `layers.{i}.mlp_norm`, `layers.{i}.mlp`,
-`norm`, `lm_head` (absent with tied embeddings). A hybrid's attention layers (the config's `attn`
-entries) hold fla's `layers.{i}.attn.{q,k,v,o}_proj` (and `g_proj` with an output gate); with
+`norm`, `lm_head` (absent with tied embeddings); Mamba2 blocks have no `mlp_norm` / `mlp` (fla's
+`backbone.layers.{i}.norm` / `.mixer` and `backbone.norm_f`: `ccq_jax.models.state_dict` renames).
+A hybrid's attention layers (the config's `attn` entries) hold fla's `layers.{i}.attn.{q,k,v,o}_proj` (and `g_proj` with an output gate); with
 `scan_layers` the stack runs as `scan_plan` pieces it. `model(input_ids, segment_ids=None)` returns
 fp32 logits; with `cache=` it also returns the updated cache (prefill and decoding run this
 same forward; see `ccq_jax.inference`). `hidden_states`, `head` and `lm_logits` are the same
@@ -16,10 +17,12 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from ccq_jax.layers import Attention, GatedDeltaNet, GatedLinearAttention, GatedMLP, RMSNorm
+from ccq_jax.layers import Attention, GatedDeltaNet, GatedLinearAttention, GatedMLP, Mamba2, RMSNorm
 from ccq_jax.layers.params import linear, normal, sharded
 from ccq_jax.ops.internals import head_logits, in_range
-from ccq_jax.models.config import GatedDeltaNetConfig, GLAConfig, ModelConfig, TransformerConfig, layer_mixers
+from ccq_jax.models.config import (
+    GatedDeltaNetConfig, GLAConfig, Mamba2Config, ModelConfig, TransformerConfig, layer_mixers,
+)
 from ccq_jax.models.pretrained import read_pretrained, save_pretrained
 
 
@@ -35,8 +38,10 @@ def _mixer(cfg: ModelConfig, rngs: nnx.Rngs, index: int) -> nnx.Module:
                          rope_theta=spec.rope_theta, sdpa_impl=cfg.sdpa_impl, qkv_bias=spec.qkv_bias,
                          window_size=spec.window_size, rotary_dim=spec.rotary_dim, output_gate=spec.output_gate,
                          **common)
-    common.update(ccq=cfg.ccq, kernel=cfg.kernel, use_short_conv=cfg.use_short_conv, conv_size=cfg.conv_size,
-                  norm_eps=cfg.norm_eps, recompute=cfg.recompute_elementwise)
+    common.update(ccq=cfg.ccq, kernel=cfg.kernel, norm_eps=cfg.norm_eps, recompute=cfg.recompute_elementwise)
+    if isinstance(cfg, Mamba2Config):
+        return Mamba2(cfg.hidden_size, **cfg.mixer_options, **common)
+    common.update(use_short_conv=cfg.use_short_conv, conv_size=cfg.conv_size)
     if isinstance(cfg, GLAConfig):
         return GatedLinearAttention(
             cfg.hidden_size, num_heads=cfg.num_heads, num_kv_heads=cfg.num_kv_heads, expand_k=cfg.expand_k,
@@ -46,27 +51,30 @@ def _mixer(cfg: ModelConfig, rngs: nnx.Rngs, index: int) -> nnx.Module:
         return GatedDeltaNet(
             cfg.hidden_size, num_heads=cfg.num_heads, head_dim=cfg.head_dim, expand_v=cfg.expand_v,
             num_v_heads=cfg.num_v_heads, use_gate=cfg.use_gate, allow_neg_eigval=cfg.allow_neg_eigval, **common)
-    raise ValueError(f"config: expected a TransformerConfig, GLAConfig or GatedDeltaNetConfig, "
+    raise ValueError(f"config: expected a TransformerConfig, GLAConfig, GatedDeltaNetConfig or Mamba2Config, "
                      f"got {type(cfg).__name__}")
 
 
 class Block(nnx.Module):
     """x + attn(attn_norm(x)), then + mlp(mlp_norm(.)) (fla's pre-norm block); `index`: the layer it is (a hybrid's
-    `attn` entries pick its mixer)."""
+    `attn` entries pick its mixer). Mamba2's blocks (fla's `norm` and `mixer`) stop after the mixer: no MLP."""
 
     def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs, index: int = 0):
         norm = dict(eps=cfg.norm_eps, dtype=cfg.compute_dtype, param_dtype=cfg.params_dtype,
                     recompute=cfg.recompute_elementwise)
         self.attn_norm = RMSNorm(cfg.hidden_size, **norm)
         self.attn = _mixer(cfg, rngs, index)
-        self.mlp_norm = RMSNorm(cfg.hidden_size, **norm)
-        self.mlp = GatedMLP(cfg.hidden_size, cfg.mlp_width, std=cfg.initializer_range, rngs=rngs,
-                            dtype=cfg.compute_dtype, param_dtype=cfg.params_dtype, recompute=cfg.recompute_elementwise)
+        self.has_mlp = not isinstance(cfg, Mamba2Config)
+        if self.has_mlp:
+            self.mlp_norm = RMSNorm(cfg.hidden_size, **norm)
+            self.mlp = GatedMLP(cfg.hidden_size, cfg.mlp_width, std=cfg.initializer_range, rngs=rngs,
+                                dtype=cfg.compute_dtype, param_dtype=cfg.params_dtype,
+                                recompute=cfg.recompute_elementwise)
 
     def __call__(self, x, segment_ids, cache):
         h, cache = self.attn(self.attn_norm(x), segment_ids=segment_ids, cache=cache)
         x = x + h
-        return x + self.mlp(self.mlp_norm(x)), cache
+        return (x + self.mlp(self.mlp_norm(x)) if self.has_mlp else x), cache
 
 
 @nnx.remat

@@ -1,7 +1,7 @@
 """Model configs: frozen, self-validating dataclasses, one per family, with fla's field names and defaults.
 
-`TransformerConfig`, `GLAConfig` and `GatedDeltaNetConfig` default to fla's default (1.3B)
-`TransformerConfig` / `GLAConfig` / `GatedDeltaNetConfig`. Types are checked by
+`TransformerConfig`, `GLAConfig`, `GatedDeltaNetConfig` and `Mamba2Config` default to fla's default (1.3B)
+`TransformerConfig` / `GLAConfig` / `GatedDeltaNetConfig` / `Mamba2Config`. Types are checked by
 `ccq_jax.configlib`, values here; every failure is a `ValueError` naming the field. Built
 from dicts or overrides (`config_from_dict`, `apply_overrides`, `get_config(name, **overrides)`)
 unknown keys are rejected with the closest valid name. `dtype` is the compute dtype,
@@ -19,6 +19,7 @@ field). `layer_mixers(cfg)` gives each layer's entry (None: the family's own mix
 """
 
 import dataclasses
+import math
 from typing import Any, ClassVar, Literal, Mapping
 
 import jax.numpy as jnp
@@ -30,6 +31,7 @@ from ccq_jax.layers.ccq import CCQConfig
 from ccq_jax.layers.gated_deltanet import gdn_dims
 from ccq_jax.layers.gla import gla_dims
 from ccq_jax.layers.kernel_policy import KernelPolicy
+from ccq_jax.layers.mamba2 import mamba2_dims
 from ccq_jax.layers.mlp import mlp_width
 from ccq_jax.ops import REFERENCES
 
@@ -79,8 +81,10 @@ class ModelConfig:
 
     def __post_init__(self):
         configlib.check_field_types(self)
-        for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_heads", "hidden_ratio"):
+        for name in ("vocab_size", "hidden_size", "num_hidden_layers", "hidden_ratio"):
             check.integer(name, getattr(self, name), minimum=1)
+        # None only where the family's annotation allows it (field types are checked above): Mamba2 derives it
+        check.integer("num_heads", self.num_heads, minimum=1, optional=True)
         check.integer("intermediate_size", self.intermediate_size, minimum=1, optional=True)
         check.real("norm_eps", self.norm_eps, lo=0, lo_open=True)
         check.real("initializer_range", self.initializer_range, lo=0)
@@ -249,7 +253,72 @@ def layer_mixers(cfg: ModelConfig) -> tuple:
     return tuple(specs)
 
 
-FAMILIES = {cls.family: cls for cls in (TransformerConfig, GLAConfig, GatedDeltaNetConfig)}
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Mamba2Config(LinearAttentionConfig):
+    """fla's Mamba2Config (its field names and defaults; fla's default is a 1.3B model of 48 layers): blocks of a norm
+    and the mixer alone, no MLP (hidden_ratio, intermediate_size and use_short_conv do not apply). num_heads is
+    int(expand * hidden_size) / head_dim (None: derived so; a value must equal it). The SSD kernel's `chunk_size`
+    is the kernel policy's (`kernel.chunk_size`); residual_in_fp32 is what ccq-jax's residual stream does anyway."""
+
+    family: ClassVar[str] = "mamba2"
+
+    num_hidden_layers: int = 48
+    num_heads: int | None = None
+    norm_eps: float = 1e-5
+    head_dim: int = 64
+    state_size: int = 128
+    expand: int = 2
+    n_groups: int = 1
+    conv_kernel: int = 4
+    use_bias: bool = False
+    use_conv_bias: bool = True
+    conv_init: float | None = None
+    A_init_range: tuple[float, ...] = (1.0, 16.0)
+    D_has_hdim: bool = False
+    hidden_act: Literal["silu", "swish"] = "silu"
+    dt_min: float = 0.001
+    dt_max: float = 0.1
+    dt_init_floor: float = 1e-4
+    dt_limit: tuple[float, ...] = (0.0, math.inf)
+    rescale_prenorm_residual: bool = True
+    rmsnorm: bool = True
+    norm_before_gate: bool = False
+
+    def __post_init__(self):
+        super().__post_init__()
+        mamba2_dims(self.hidden_size, self.head_dim, self.state_size, self.expand, self.n_groups, self.num_heads)
+        for name, default in (("hidden_ratio", 4), ("intermediate_size", None), ("use_short_conv", False)):
+            if getattr(self, name) != default:
+                raise ValueError(f"{name}: Mamba2 blocks have no MLP and one conv1d (conv_kernel wide); leave "
+                                 f"{name} at {default!r}, got {getattr(self, name)!r}")
+        check.real("conv_init", self.conv_init, lo=0, lo_open=True, optional=True)
+        lo, hi = _pair("A_init_range", self.A_init_range)
+        if not 0 < lo <= hi:
+            raise ValueError(f"A_init_range: expected 0 < min <= max, got {self.A_init_range}")
+        if not 0 < self.dt_min <= self.dt_max or self.dt_init_floor <= 0:
+            raise ValueError(f"dt_min, dt_max, dt_init_floor: expected 0 < dt_min <= dt_max and dt_init_floor > 0, "
+                             f"got {self.dt_min}, {self.dt_max}, {self.dt_init_floor}")
+        lo, hi = _pair("dt_limit", self.dt_limit)
+        if not 0 <= lo < hi:
+            raise ValueError(f"dt_limit: expected 0 <= min < max (max may be inf), got {self.dt_limit}")
+
+    @property
+    def mixer_options(self) -> dict:
+        """The keyword arguments of `ccq_jax.layers.Mamba2` this config sets."""
+        names = ("head_dim", "state_size", "expand", "n_groups", "conv_kernel", "use_conv_bias", "conv_init",
+                 "A_init_range", "D_has_hdim", "rmsnorm", "norm_before_gate", "dt_min", "dt_max", "dt_init_floor",
+                 "dt_limit", "use_bias")
+        rescale = self.num_hidden_layers if self.rescale_prenorm_residual else None
+        return {**{name: getattr(self, name) for name in names}, "rescale_layers": rescale}
+
+
+def _pair(name, values):
+    if len(values) != 2 or any(math.isnan(v) for v in values):
+        raise ValueError(f"{name}: expected two numbers (min, max), got {values!r}")
+    return values
+
+
+FAMILIES = {cls.family: cls for cls in (TransformerConfig, GLAConfig, GatedDeltaNetConfig, Mamba2Config)}
 
 
 def renamed_keys(family: str) -> dict[str, str]:

@@ -1,4 +1,5 @@
-"""Named model presets: `{transformer,gla,gdn,ccq-gla,ccq-gdn}-{tiny,100m,340m,1.3b}`, hybrids and `get_config`.
+"""Named model presets: `{transformer,gla,gdn,ccq-gla,ccq-gdn}-{tiny,100m,340m,1.3b}`, `[ccq-]mamba2-{tiny,1.3b}`,
+hybrids and `get_config`.
 
 1.3b = fla's default configs (GLA 24 x 2048, 4 heads; Gated DeltaNet 21 x 2048, 6 heads of
 256; Transformer 24 x 2048, 32 heads). 340m: GLA and Transformer follow fla's
@@ -13,13 +14,16 @@ Hybrids (softmax attention on some layers through fla's `attn` entry, the rest t
 `{gla,gdn}-hybrid-tiny` (4 layers; GLA: grouped-query attention on layers 1 and 3; Gated DeltaNet: an
 8-token sliding window on layer 3) and `gdn-hybrid-1.3b`, fla's Gated DeltaNet 1.3B with attention
 (16 heads of 128, fla's defaults otherwise) on every fourth layer (3, 7, 11, 15, 19; 1.35B parameters).
+Mamba2 (fla's `Mamba2Config`, blocks without MLPs): `mamba2-1.3b` is fla's default (48 x 2048, 64 heads of 64,
+state 128, one group; 1.37B parameters; the Mamba2 paper's 1.3B baseline has the same shape), `mamba2-tiny` 8 heads
+of 16 with a 16-wide state, `mamba2-hybrid-tiny` (4 layers, grouped-query attention on layer 2).
 `ccq-*` adds the CCQ read with the default `CCQConfig` (learned gate) to every family's own layers.
 """
 
 from ccq_jax import configlib
 from ccq_jax.layers.ccq import CCQConfig
 from ccq_jax.models.config import (
-    GatedDeltaNetConfig, GLAConfig, HybridAttention, ModelConfig, TransformerConfig, apply_overrides,
+    GatedDeltaNetConfig, GLAConfig, HybridAttention, Mamba2Config, ModelConfig, TransformerConfig, apply_overrides,
 )
 
 TINY = dict(vocab_size=256, hidden_size=64, num_hidden_layers=2)
@@ -47,6 +51,12 @@ _BACKBONES = {
         "hybrid-tiny": dict(TINY, num_heads=2, head_dim=16, num_hidden_layers=4,
                             attn=(HybridAttention(layers=(3,), num_heads=4, window_size=8),)),
         "hybrid-1.3b": dict(attn=(HybridAttention(layers=(3, 7, 11, 15, 19), num_heads=16),)),
+    }),
+    "mamba2": (Mamba2Config, {
+        "tiny": dict(TINY, head_dim=16, state_size=16),
+        "1.3b": {},
+        "hybrid-tiny": dict(TINY, head_dim=16, state_size=16, num_hidden_layers=4,
+                            attn=(HybridAttention(layers=(2,), num_heads=4, num_kv_heads=2),)),
     }),
 }
 

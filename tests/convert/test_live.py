@@ -27,6 +27,7 @@ pytestmark = pytest.mark.skipif(TORCH_PYTHON is None, reason="set CCQ_TORCH_PYTH
     ("gdn-tiny", ["num_v_heads=4"]),
     ("ccq-gla-tiny", []),
     ("ccq-gdn-tiny", ["tie_word_embeddings=true"]),
+    ("mamba2-tiny", []),  # fla's torch_forward on a CPU (its prefill tiles B and C over groups: one group here)
 ])
 def test_ccq_parity_on_a_cpu(preset, overrides, tmp_path, capsys):
     sets = [x for o in ["initializer_range=0.1", *overrides] for x in ("--set", o)]
