@@ -29,15 +29,15 @@ from ccq_jax.models.pretrained import read_pretrained, save_pretrained
 def _mixer(cfg: ModelConfig, rngs: nnx.Rngs, index: int) -> nnx.Module:
     common = dict(initializer_range=cfg.initializer_range, dtype=cfg.compute_dtype, param_dtype=cfg.params_dtype,
                   rngs=rngs)
+    attention = dict(common, sdpa_impl=cfg.sdpa_impl, axes=cfg.kernel.axes)  # split over the ops' mesh axes
     if isinstance(cfg, TransformerConfig):
         return Attention(cfg.hidden_size, num_heads=cfg.num_heads, num_kv_heads=cfg.num_kv_heads,
-                         rope_theta=cfg.rope_theta, sdpa_impl=cfg.sdpa_impl, **common)
+                         rope_theta=cfg.rope_theta, **attention)
     spec = layer_mixers(cfg)[index]
     if spec is not None:
         return Attention(cfg.hidden_size, num_heads=spec.num_heads, num_kv_heads=spec.num_kv_heads,
-                         rope_theta=spec.rope_theta, sdpa_impl=cfg.sdpa_impl, qkv_bias=spec.qkv_bias,
-                         window_size=spec.window_size, rotary_dim=spec.rotary_dim, output_gate=spec.output_gate,
-                         **common)
+                         rope_theta=spec.rope_theta, qkv_bias=spec.qkv_bias, window_size=spec.window_size,
+                         rotary_dim=spec.rotary_dim, output_gate=spec.output_gate, **attention)
     common.update(ccq=cfg.ccq, kernel=cfg.kernel, norm_eps=cfg.norm_eps, recompute=cfg.recompute_elementwise)
     if isinstance(cfg, Mamba2Config):
         return Mamba2(cfg.hidden_size, **cfg.mixer_options, **common)
