@@ -119,11 +119,16 @@ class ModelRunner:
     def keys(self, prompts: list[list[int]]) -> list[list[np.ndarray]]:
         """Per prompt, per layer: the keys `[T, H, K]` the layer's read uses at the prompt's T tokens.
 
-        Raises ValueError for a model without linear-attention layers (nothing records keys).
+        Raises ValueError for a model with softmax-attention layers (they record no keys): a Transformer, or a
+        hybrid (naming its attention layers).
         """
-        if not all(isinstance(layer.attn, RecurrentMixer) for layer in self.model.layers):
-            raise ValueError(f"model: only linear-attention layers record their keys; this is a "
-                             f"{self.model.config.family!r} model")
+        softmax = [i for i, layer in enumerate(self.model.layers) if not isinstance(layer.attn, RecurrentMixer)]
+        family = self.model.config.family
+        if len(softmax) == len(self.model.layers):
+            raise ValueError(f"model: only linear-attention layers record their keys; this is a {family!r} model")
+        if softmax:
+            raise ValueError(f"model: only linear-attention layers record their keys; this {family!r} hybrid has "
+                             f"softmax attention on layers {softmax}")
         out = []
         for first, ids, _ in self._padded_batches(prompts):
             layers = _captured_keys(graph_key(self._served), self._served.state, ids)["layers"]

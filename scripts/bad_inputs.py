@@ -189,7 +189,8 @@ def op_inputs(seed=0):
     f = lambda *shape: jnp.asarray(rng.standard_normal(shape), jnp.float32)  # noqa: E731
     g_key = -jnp.abs(f(B, T, H, K)) * 0.3
     return {"q": f(B, T, H, K), "k": f(B, T, H, K), "v": f(B, T, H, V), "g": g_key,
-            "g_head": -jnp.abs(f(B, T, H)) * 0.3, "beta": jax.nn.sigmoid(f(B, T, H)), "lam": jax.nn.sigmoid(f(B, T, H))}
+            "g_head": -jnp.abs(f(B, T, H)) * 0.3, "beta": jax.nn.sigmoid(f(B, T, H)), "lam": jax.nn.sigmoid(f(B, T, H)),
+            "b": jax.nn.sigmoid(f(B, T, H, K)), "w": jax.nn.sigmoid(f(B, T, H, V)), "a": f(B, T, H, K) * 0.3}
 
 
 def call_op(op, x, **kwargs):
@@ -200,6 +201,14 @@ def call_op(op, x, **kwargs):
         return ops.gated_delta_rule(x["q"], x["k"], x["v"], x["g_head"], x["beta"], **kwargs)
     if op == "ccq_gla":
         return ops.ccq_gla(x["q"], x["k"], x["v"], x["g"], x["lam"], **kwargs)
+    if op == "gdr":
+        return ops.generalized_delta_rule(x["q"], x["k"], x["v"], x["g"], x["a"], **kwargs)
+    if op == "kda":
+        return ops.kda(x["q"], x["k"], x["v"], x["g"], x["beta"], **kwargs)
+    if op == "gdn2":
+        return ops.gated_delta_rule_2(x["q"], x["k"], x["v"], x["g"], x["b"], x["w"], **kwargs)
+    if op == "qed":
+        return ops.qed(x["q"], x["k"], x["v"], x["g"], x["b"], x["w"], x["lam"] * 0.25, **kwargs)
     return ops.ccq_query(x["q"], x["k"], x["lam"], **kwargs)
 
 
@@ -247,6 +256,12 @@ SHAPE_CASES = [  # (what, op, change, options, words)
     ("scale=-1", "gla", lambda x: x, {"scale": -1.0}, ("scale",)),
     ("initial_state [B, H, V, K+1]", "gla", lambda x: x, {"initial_state": jnp.zeros((B, H, V, K + 1))},
      ("initial_state",)),
+    ("a per head [B, T, H] (generalized delta rule)", "gdr", setting("a", lambda x: x["beta"]), {}, ("a",)),
+    ("g per head [B, T, H] (KDA: per channel)", "kda", setting("g", lambda x: x["g_head"]), {}, ("g",)),
+    ("b [B, T, H, V+1] (GDN-2's erase gate is per key channel)", "gdn2",
+     setting("b", lambda x: jnp.concatenate([x["w"], x["w"][..., :1]], -1)), {}, ("b",)),
+    ("w [B, T, H, K-1] (GDN-2's write gate is per value channel)", "gdn2", setting("w", lambda x: x["w"][..., 1:]),
+     {}, ("w",)),
 ]
 
 RANGE_CASES = [  # value checks: clear eagerly and under ops.checked, skipped under plain jit
@@ -267,6 +282,13 @@ RANGE_CASES = [  # value checks: clear eagerly and under ops.checked, skipped un
      ("lam", "2")),
     ("lam = -1 (cg read)", "ccq_query", setting("lam", lambda x: x["lam"].at[0, 0, 0].set(-1.0)), {"read": "cg"},
      ("lam", "-1")),
+    ("g = 0.5 > 0 (KDA)", "kda", setting("g", lambda x: x["g"].at[0, 3, 1, 2].set(0.5)), {}, ("g", "0.5")),
+    ("beta = 3 (KDA)", "kda", setting("beta", lambda x: x["beta"].at[0, 1, 0].set(3.0)), {}, ("beta", "3")),
+    ("b = 1.5 (GDN-2)", "gdn2", setting("b", lambda x: x["b"].at[0, 1, 0, 0].set(1.5)), {}, ("b", "1.5")),
+    ("w = -0.1 (GDN-2)", "gdn2", setting("w", lambda x: x["w"].at[0, 1, 0, 0].set(-0.1)), {}, ("w", "-0.1")),
+    ("NaN in a (generalized delta rule)", "gdr", setting("a", lambda x: x["a"].at[0, 2, 0, 1].set(jnp.nan)), {},
+     ("a", "nan")),
+    ("QED lam = 8 (x 0.25 = 2)", "qed", setting("lam", lambda x: x["lam"].at[0, 1, 0].set(8.0)), {}, ("lam", "2")),
     ("initial_stats count < 0", "ccq_query", lambda x: x,
      {"initial_stats": ops.CCQStats(jnp.zeros((B, H, K, K)), jnp.zeros((B, H, K)), -jnp.ones((B, H)))},
      ("count",)),
@@ -341,6 +363,13 @@ def ops_cases() -> list[Case]:
             "gdn", setting("g_head", lambda x: x["g_head"].at[:, 5].set(-1e4)))),
         Case("ops", "gated_delta_rule: g = -inf everywhere, 3 impls agree", agree(
             "gdn", setting("g_head", lambda x: x["g_head"] * 0 - jnp.inf))),
+        Case("ops", "kda: g = -1e4 at some steps and channels, 3 impls agree", agree(
+            "kda", setting("g", lambda x: x["g"].at[:, 5, :, :2].set(-1e4)))),
+        Case("ops", "gated_delta_rule_2: g = -inf everywhere, 3 impls agree", agree(
+            "gdn2", setting("g", lambda x: x["g"] * 0 - jnp.inf))),
+        Case("ops", "qed: non-monotone segment_ids, chunk = recurrent",
+             lambda s: bool(np.allclose(*(call_op("qed", op_inputs(), impl=impl, segment_ids=NON_MONOTONE,
+                                                  **options)[0] for impl, options in SPLIT), atol=1e-4))),
         Case("ops", "gla: non-monotone segment_ids [3,3,1,1,1,7,2,2], chunk = recurrent",
              lambda s: bool(np.allclose(*(ops.gla(*(op_inputs()[k] for k in ("q", "k", "v", "g")), impl=impl,
                                                   segment_ids=NON_MONOTONE, **options)[0]

@@ -6,8 +6,9 @@ config, one of them may be -1 to take the remaining devices). Parameters carry l
 split by rows over `data` and `fsdp`; with `context` > 1 each row's tokens are split over `context` too
 (`split_sequences`). The ops are told the same axes as a value, `OPS_AXES` (`ops_axes(RULES)`: the batch rule's
 axes split the batch, the heads rule's the heads, `context` the sequence), which `with_ops_axes` puts on the
-model config the train and eval steps build (`train.step.build_train_call`); every op and short convolution then
-runs on its device's rows, heads and part of the sequence (`ccq_jax.ops.sharding`). The same code runs on one
+model config the train and eval steps build (`train.step.build_train_call`); every op, short convolution and
+softmax attention layer then runs on its device's rows, heads and part of the sequence (`ccq_jax.ops.sharding`;
+attention all-gathers the keys and values, `ccq_jax.layers.attention`). The same code runs on one
 CPU, 8 fake CPU devices, one or two GPUs, and a TPU slice.
 """
 

@@ -1,8 +1,9 @@
 """fla config.json <-> ccq-jax model config: which fla fields map, which must hold a given value, which are ignored.
 
-`config_from_fla(fla_config)` accepts the `config.json` of fla's `gla` / `gated_deltanet` / `kda` models
-(and of ccq-jax's CCQ reference types `ccq_gla` / `ccq_gated_deltanet`, which add a `ccq` dict)
-and returns a `GLAConfig` / `GatedDeltaNetConfig` / `KDAConfig`. Every field is one of:
+`config_from_fla(fla_config)` accepts the `config.json` of fla's `gla` / `gated_deltanet` / `mamba2` / `kda` models
+(and of ccq-jax's CCQ types `ccq_gla` / `ccq_gated_deltanet` / `ccq_mamba2`, which add a `ccq` dict)
+and returns a `GLAConfig` / `GatedDeltaNetConfig` / `Mamba2Config` (whose `num_heads`, derived, is checked, not
+kept, and written back) / `KDAConfig`. Every field is one of:
 - mapped: copied to the field of the same name (fla's `hidden_ratio: null` means 4, and
   `dtype` (`torch_dtype` in older files) becomes both `dtype` and `param_dtype`);
 - required: a value fla supports but ccq-jax does not compute differently (`hidden_act` must be
@@ -23,21 +24,34 @@ from typing import Any, Mapping
 
 from ccq_jax import configlib
 from ccq_jax.layers.ccq import CCQConfig
-from ccq_jax.models.config import DType, GatedDeltaNetConfig, GLAConfig, KDAConfig, ModelConfig, apply_overrides
+from ccq_jax.layers.mamba2 import mamba2_dims
+from ccq_jax.models.config import (
+    DType, GatedDeltaNetConfig, GLAConfig, KDAConfig, Mamba2Config, ModelConfig, apply_overrides,
+)
 
 COMMON = ("vocab_size", "hidden_size", "num_hidden_layers", "num_heads", "hidden_ratio", "intermediate_size",
           "norm_eps", "initializer_range", "tie_word_embeddings", "use_short_conv", "conv_size")
 MAPPED = {
     GLAConfig: COMMON + ("expand_k", "expand_v", "num_kv_heads", "use_output_gate", "clamp_min"),
     GatedDeltaNetConfig: COMMON + ("head_dim", "expand_v", "num_v_heads", "use_gate", "allow_neg_eigval"),
+    Mamba2Config: ("vocab_size", "hidden_size", "num_hidden_layers", "norm_eps", "initializer_range",
+                   "tie_word_embeddings", "head_dim", "state_size", "expand", "n_groups", "conv_kernel", "use_bias",
+                   "use_conv_bias", "conv_init", "A_init_range", "D_has_hdim", "hidden_act", "dt_min", "dt_max",
+                   "dt_init_floor", "dt_limit", "rescale_prenorm_residual", "rmsnorm", "norm_before_gate"),
     KDAConfig: COMMON + ("head_dim", "expand_v", "num_v_heads", "allow_neg_eigval", "safe_gate", "lower_bound"),
 }
+# fla's Mamba2 config stores num_heads, derived from expand * hidden_size / head_dim: checked, written, not kept
+DERIVED = {Mamba2Config: ("num_heads",)}
 REQUIRED = {  # field: allowed values (the first is what config_to_fla writes)
     "common": {"hidden_act": ("swish",), "attn": (None,), "attnres_block_size": (None,)},
     GLAConfig: {"feature_map": (None,), "elementwise_affine": (True,)},
     GatedDeltaNetConfig: {"output_gate_activation": ("swish", "silu")},
+    Mamba2Config: {},
     KDAConfig: {},
 }
+# per family: fields that do not change the logits (Mamba2's SSD kernel chunk; its fp32 residual, which ccq-jax's
+# residual stream matches: each block's sum is rounded once to the model's dtype either way)
+IGNORED_BY = {Mamba2Config: {"chunk_size", "residual_in_fp32"}}
 IGNORED = {"model_type", "architectures", "transformers_version", "_name_or_path", "dtype", "torch_dtype",
            "use_cache", "bos_token_id", "eos_token_id", "pad_token_id", "max_position_embeddings", "attn_mode",
            "fuse_norm", "fuse_swiglu", "fuse_cross_entropy", "fuse_linear_cross_entropy", "use_l2warp",
@@ -50,13 +64,16 @@ MODEL_TYPES = {
     "gated_deltanet": (GatedDeltaNetConfig, False, "GatedDeltaNetForCausalLM"),
     "ccq_gla": (GLAConfig, True, "CCQGLAForCausalLM"),
     "ccq_gated_deltanet": (GatedDeltaNetConfig, True, "CCQGatedDeltaNetForCausalLM"),
+    "mamba2": (Mamba2Config, False, "Mamba2ForCausalLM"),
+    "ccq_mamba2": (Mamba2Config, True, "CCQMamba2ForCausalLM"),
     "kda": (KDAConfig, False, "KDAForCausalLM"),
 }
 FLA_GLA_GATE = {"gate_low_rank_dim": 16, "gate_logit_normalizer": 16.0}  # fixed in fla's GLA layer
 
 
 def _required(cls) -> dict:
-    return {**REQUIRED["common"], **REQUIRED[cls]}
+    common = {name: allowed for name, allowed in REQUIRED["common"].items() if name not in MAPPED[cls]}
+    return {**common, **REQUIRED[cls]}
 
 
 def _hint(name: str, known, model_type: str) -> str:
@@ -74,7 +91,9 @@ def config_from_fla(fla_config: Mapping[str, Any], **overrides) -> ModelConfig:
     configlib.check_choice("model_type", model_type, MODEL_TYPES)
     cls, has_ccq, _ = MODEL_TYPES[model_type]
     mapped, required = MAPPED[cls], _required(cls)
-    known = set(mapped) | set(required) | IGNORED | ({"ccq"} if has_ccq else set())
+    derived = DERIVED.get(cls, ())
+    known = set(mapped) | set(required) | set(derived) | IGNORED | IGNORED_BY.get(cls, set()) | (
+        {"ccq"} if has_ccq else set())
     unknown = sorted(set(fla_config) - known)
     if unknown:
         hints = "; ".join(f"{name!r}{_hint(name, known, model_type)}" for name in unknown)
@@ -93,7 +112,18 @@ def config_from_fla(fla_config: Mapping[str, Any], **overrides) -> ModelConfig:
     if has_ccq:
         values["ccq"] = configlib.from_dict(CCQConfig, fla_config.get("ccq") or {}, prefix="ccq.")
     cfg = configlib.from_dict(cls, values)
+    for name in derived:
+        if fla_config.get(name) not in (None, getattr(_written(cfg), name)):
+            raise ValueError(f"config.json: {name} = {fla_config[name]!r} does not match the other sizes, which give "
+                             f"{getattr(_written(cfg), name)}")
     return apply_overrides(cfg, overrides) if overrides else cfg
+
+
+def _written(cfg):
+    """The derived fields' values as fla writes them (Mamba2's num_heads)."""
+    if isinstance(cfg, Mamba2Config):
+        return mamba2_dims(cfg.hidden_size, cfg.head_dim, cfg.state_size, cfg.expand, cfg.n_groups)
+    return cfg
 
 
 def _model_type(config: ModelConfig) -> str:
@@ -101,8 +131,8 @@ def _model_type(config: ModelConfig) -> str:
         if type(config) is cls and has_ccq == (config.ccq is not None):
             return name
     with_ccq = " with CCQ" if getattr(config, "ccq", None) is not None else ""
-    raise ValueError(f"config: fla has no model for {type(config).__name__}{with_ccq}; expected a GLAConfig or "
-                     f"GatedDeltaNetConfig (with or without CCQ) or a KDAConfig without CCQ")
+    raise ValueError(f"config: fla has no model for {type(config).__name__}{with_ccq}; expected a GLAConfig, "
+                     f"GatedDeltaNetConfig or Mamba2Config (with or without CCQ) or a KDAConfig without CCQ")
 
 
 def config_to_fla(config: ModelConfig) -> dict:
@@ -121,6 +151,7 @@ def config_to_fla(config: ModelConfig) -> dict:
     out = {"model_type": kind, "architectures": [architecture]}
     out.update({name: getattr(config, name) for name in MAPPED[cls]})
     out.update({name: allowed[0] for name, allowed in _required(cls).items()})
+    out.update({name: getattr(_written(config), name) for name in DERIVED.get(cls, ())})
     out["dtype"] = config.param_dtype
     if has_ccq:
         out["ccq"] = configlib.to_dict(config.ccq)

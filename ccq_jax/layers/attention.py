@@ -16,17 +16,27 @@ from `cache.position`). Full attention writes the new keys and values at slot `c
 queries attend over every filled slot of their document. A windowed layer's cache holds only the
 last min(W, max_length) tokens, as a ring (token t in slot t mod S): the queries attend over those
 slots and the call's own keys, and the call's last tokens then overwrite the oldest slots.
+
+Under a mesh that splits sequences over the `context` axis of its `axes` (`ccq_jax.ops.OpsAxes`, the model's
+`KernelPolicy.axes`, as the linear layers' ops and short convolutions learn it; `ccq_jax.ops.sharding`), a call
+without a cache runs on each device's tokens (and its rows and key/value heads, as the ops split batch and heads):
+the devices all-gather the segment ids (each computes the documents and their positions over the whole sequence),
+rotate their own queries and keys at those global, document-relative positions, and all-gather the keys and
+values; each device's queries then attend over the whole sequence with the mask of their global positions
+(causal, within the document, within the window). The gradients of the gathered keys and values come back by the
+all-gather's transpose, a reduce-scatter.
 """
 
 import jax
 import jax.numpy as jnp
 from flax import nnx
+from jax.sharding import PartitionSpec as P
 
 from ccq_jax import checks as check
 from ccq_jax.layers.cache import KVCache
 from ccq_jax.layers.params import linear
 from ccq_jax.layers.shapes import split_heads
-from ccq_jax.ops import doc_ids
+from ccq_jax.ops import OpsAxes, doc_ids, sharding
 
 
 def attention_head_dim(hidden_size, num_heads, num_kv_heads=None, rotary_dim=None, *, prefix="") -> int:
@@ -65,6 +75,14 @@ def rotary(x: jax.Array, positions: jax.Array, theta: float, dim: int | None = N
     return jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1).astype(x.dtype)
 
 
+def _visible(gap, query_docs, key_docs, window):
+    """[B, 1, Tq, Tk] mask: the query sees the key where `gap` [Tq, Tk] (the query's index in the stream minus the
+    key's) is in [0, window) (`window` None: >= 0) and their documents (`query_docs` [B, Tq], `key_docs` [B, Tk])
+    are the same."""
+    seen = gap >= 0 if window is None else (gap >= 0) & (gap < window)
+    return (seen & (key_docs[:, None, :] == query_docs[:, :, None]))[:, None]
+
+
 def _doc_positions(docs):
     """Position of each token within its document (0 at every document start)."""
     t = jnp.arange(docs.shape[1])
@@ -76,7 +94,9 @@ class Attention(nnx.Module):
     def __init__(self, hidden_size: int, *, num_heads: int = 32, num_kv_heads: int | None = None,
                  rope_theta: float = 10000.0, sdpa_impl: str | None = None, qkv_bias: bool = False,
                  window_size: int | None = None, rotary_dim: int | None = None, output_gate: bool = False,
-                 initializer_range: float = 0.02, dtype=None, param_dtype=jnp.float32, rngs: nnx.Rngs):
+                 initializer_range: float = 0.02, dtype=None, param_dtype=jnp.float32, rngs: nnx.Rngs,
+                 axes: OpsAxes = OpsAxes()):
+        self.axes = axes  # the mesh axes it splits over (see the module docstring)
         self.head_dim = attention_head_dim(hidden_size, num_heads, num_kv_heads, rotary_dim)
         check.integer("window_size", window_size, minimum=1, optional=True)
         for name, flag in (("qkv_bias", qkv_bias), ("output_gate", output_gate)):
@@ -114,6 +134,9 @@ class Attention(nnx.Module):
         """x: [B, T, D] -> (y [B, T, D], updated cache or None when `cache` is None)."""
         b, t, _ = x.shape
         q, k, v = (split_heads(p(x), self.head_dim) for p in (self.q_proj, self.k_proj, self.v_proj))
+        axis = None if cache is not None else sharding.mesh_axis(self.axes, t, "x")
+        if axis is not None:
+            return self._output(x, self._attend_split(q, k, v, segment_ids, axis)), None
         docs = doc_ids(segment_ids, b, t)
         positions = _doc_positions(docs)
         if cache is not None:
@@ -132,10 +155,37 @@ class Attention(nnx.Module):
             o, new_cache = self._attend_window(q, k, v, docs, cache)
         if new_cache is not None:
             new_cache = new_cache._replace(position=positions[:, -1] + 1, doc=docs[:, -1])
-        o = o.reshape(b, t, -1)
+        return self._output(x, o), new_cache
+
+    def _output(self, x, o):
+        """o_proj of the heads' outputs o [B, T, H, D / H], gated by sigmoid(g_proj(x)) with `output_gate`."""
+        o = o.reshape(*o.shape[:2], -1)
         if self.output_gate:
             o = o * jax.nn.sigmoid(self.g_proj(x)).astype(o.dtype)
-        return self.o_proj(o), new_cache
+        return self.o_proj(o)
+
+    def _attend_split(self, q, k, v, segment_ids, axis):
+        """Attention of q [B, T, H, D / H] over k, v with T split over the mesh axis `axis` (see the module
+        docstring); rows and heads split as `ccq_jax.ops.sharding.local` splits them (the heads by the axes that
+        divide the key/value heads, so each device keeps whole groups of grouped-query attention)."""
+        mesh = sharding.split_mesh(self.axes)
+        rows, heads = sharding.splits(mesh, self.axes, q.shape[0], self.num_kv_heads)
+        window = self.window_size
+
+        def body(q, k, v, segment_ids):
+            b, t = q.shape[:2]
+            start = jax.lax.axis_index(axis) * t
+            ids = None if segment_ids is None else jax.lax.all_gather(segment_ids, axis, axis=1, tiled=True)
+            docs = doc_ids(ids, b, t * jax.lax.axis_size(axis))  # [B, T]: the whole sequence's
+            own = lambda a: jax.lax.dynamic_slice_in_dim(a, start, t, axis=1)
+            q, k = (rotary(a, own(_doc_positions(docs)), self.rope_theta, self.rotary_dim) for a in (q, k))
+            k, v = (jax.lax.all_gather(a, axis, axis=1, tiled=True) for a in (k, v))
+            gap = (start + jnp.arange(t))[:, None] - jnp.arange(docs.shape[1])[None, :]
+            return self._attend(q, k, v, _visible(gap, own(docs), docs, window))
+
+        token = P(rows, axis, heads)
+        ids = None if segment_ids is None else P(rows, axis)
+        return sharding.manual(body, mesh, (token, token, token, ids), token)(q, k, v, segment_ids)
 
     def _attend_cached(self, q, k, v, docs, cache):
         """Full attention from a cache: the new keys written at slot `cache.index`, then read with every slot."""
@@ -157,7 +207,7 @@ class Attention(nnx.Module):
         slot_time = cache.index - 1 - (cache.index - 1 - jnp.arange(slots)) % slots  # last token written there
         gap = times[:, None] - jnp.concatenate([slot_time, times])[None, :]  # [T, S + T]
         key_doc = jnp.concatenate([cache.slot_doc, docs], axis=1)  # [B, S + T] (-1: a slot never written)
-        mask = ((gap >= 0) & (gap < self.window_size) & (key_doc[:, None, :] == docs[:, :, None]))[:, None]
+        mask = _visible(gap, docs, key_doc, self.window_size)
         keys = jnp.concatenate([cache.key, k.astype(cache.key.dtype)], axis=1)
         values = jnp.concatenate([cache.value, v.astype(cache.value.dtype)], axis=1)
         o = self._attend(q, keys, values, mask)

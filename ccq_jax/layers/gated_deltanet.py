@@ -26,7 +26,7 @@ from ccq_jax import checks as check
 from ccq_jax.layers.ccq import CCQConfig
 from ccq_jax.layers.kernel_policy import KernelPolicy
 from ccq_jax.layers.norm import GatedRMSNorm, RMSNorm
-from ccq_jax.layers.params import linear, param
+from ccq_jax.layers.params import inverse_softplus_dt, linear, log_uniform_a, param
 from ccq_jax.layers.recurrent import RecurrentMixer
 from ccq_jax.layers.remat import maybe_recomputed
 from ccq_jax.layers.shapes import split_heads
@@ -57,18 +57,6 @@ def gdn_dims(num_heads, head_dim=256, expand_v=2.0, num_v_heads=None) -> GDNDims
     return GDNDims(num_heads * head_dim, v_heads * head_v_dim, head_v_dim, v_heads)
 
 
-def _a_log_init(key, shape, dtype):
-    """log(A) with A ~ U(0, 16] (fla), kept away from log(0)."""
-    return jnp.log(jax.random.uniform(key, shape, jnp.float32, minval=1e-4, maxval=16.0)).astype(dtype)
-
-
-def dt_bias_init(key, shape, dtype):
-    """softplus^-1(dt) with log dt ~ U(log 1e-3, log 1e-1), dt >= 1e-4 (fla / Mamba-2)."""
-    u = jax.random.uniform(key, shape, jnp.float32)
-    dt = jnp.maximum(jnp.exp(u * (math.log(DT_MAX) - math.log(DT_MIN)) + math.log(DT_MIN)), DT_FLOOR)
-    return (dt + jnp.log(-jnp.expm1(-dt))).astype(dtype)
-
-
 class GatedDeltaNet(RecurrentMixer):
     def __init__(self, hidden_size: int, *, num_heads: int = 6, head_dim: int = 256, expand_v: float = 2.0,
                  num_v_heads: int | None = None, use_gate: bool = True, use_short_conv: bool = True,
@@ -87,8 +75,10 @@ class GatedDeltaNet(RecurrentMixer):
         self.v_proj = linear(hidden_size, d.value_dim, ("embed", "heads"), **kw)
         self.a_proj = linear(hidden_size, d.num_v_heads, ("embed", "heads"), **kw)
         self.b_proj = linear(hidden_size, d.num_v_heads, ("embed", "heads"), **kw)
-        self.A_log = param(_a_log_init, rngs.params(), (d.num_v_heads,), ("heads",), param_dtype)
-        self.dt_bias = param(dt_bias_init, rngs.params(), (d.num_v_heads,), ("heads",), param_dtype)
+        # A ~ U(0, 16] (fla), kept away from log(0); dt as Mamba-2's
+        self.A_log = param(log_uniform_a(1e-4, 16.0), rngs.params(), (d.num_v_heads,), ("heads",), param_dtype)
+        self.dt_bias = param(inverse_softplus_dt(DT_MIN, DT_MAX, DT_FLOOR), rngs.params(), (d.num_v_heads,),
+                             ("heads",), param_dtype)
         if use_gate:
             self.g_proj = linear(hidden_size, d.value_dim, ("embed", "heads"), **kw)
         norm_cls = GatedRMSNorm if use_gate else RMSNorm

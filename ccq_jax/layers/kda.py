@@ -26,18 +26,13 @@ from flax import nnx
 import ccq_jax.ops as ops
 from ccq_jax import checks as check
 from ccq_jax.layers.ccq import CCQConfig
-from ccq_jax.layers.gated_deltanet import dt_bias_init, gdn_dims, qk_heads
+from ccq_jax.layers.gated_deltanet import DT_FLOOR, DT_MAX, DT_MIN, gdn_dims, qk_heads
 from ccq_jax.layers.kernel_policy import KernelPolicy
 from ccq_jax.layers.norm import SigmoidGatedRMSNorm
-from ccq_jax.layers.params import linear, param
+from ccq_jax.layers.params import inverse_softplus_dt, linear, log_uniform_a, param
 from ccq_jax.layers.recurrent import RecurrentMixer
 from ccq_jax.layers.remat import maybe_recomputed
 from ccq_jax.layers.shapes import split_heads
-
-
-def a_log_init(key, shape, dtype):
-    """log(A) with A ~ U[1, 16] (fla's KDA and GDN-2)."""
-    return jnp.log(jax.random.uniform(key, shape, jnp.float32, minval=1.0, maxval=16.0)).astype(dtype)
 
 
 def check_kda_gate(safe_gate, lower_bound) -> None:
@@ -77,9 +72,11 @@ class ChannelDecayMixer(RecurrentMixer):
         self.v_proj = linear(hidden_size, d.value_dim, ("embed", "heads"), **kw)
         self.f_proj = nnx.List([linear(hidden_size, d.head_v_dim, ("embed", None), **kw),
                                 linear(d.head_v_dim, heads * head_dim, (None, "heads"), **kw)])
-        init = jax.nn.initializers.zeros if zero_a_log else a_log_init
+        # A ~ U[1, 16] (fla's KDA and GDN-2); dt as Mamba-2's
+        init = jax.nn.initializers.zeros if zero_a_log else log_uniform_a(1.0, 16.0)
         self.A_log = param(init, kw["rngs"].params(), (heads,), ("heads",), kw["param_dtype"])
-        self.dt_bias = param(dt_bias_init, kw["rngs"].params(), (heads * head_dim,), ("heads",), kw["param_dtype"])
+        self.dt_bias = param(inverse_softplus_dt(DT_MIN, DT_MAX, DT_FLOOR), kw["rngs"].params(), (heads * head_dim,),
+                             ("heads",), kw["param_dtype"])
         self.g_proj = nnx.List([linear(hidden_size, d.head_v_dim, ("embed", None), **kw),
                                 linear(d.head_v_dim, d.value_dim, (None, "heads"), use_bias=True, **kw)])
         self.o_norm = SigmoidGatedRMSNorm(d.head_v_dim, eps=norm_eps, dtype=kw["dtype"],

@@ -1,5 +1,5 @@
-"""RMSNorm and the gated RMSNorms of fla's output heads (`RMSNorm`, `FusedRMSNormGated` with swish, or with sigmoid
-for KDA and Gated DeltaNet-2)."""
+"""RMSNorm and the gated RMSNorms of fla's output heads (`RMSNorm`, `FusedRMSNormGated` with swish or (KDA,
+Gated DeltaNet-2) sigmoid, and Mamba2's grouped `RMSNormGated`)."""
 
 import functools
 
@@ -38,6 +38,20 @@ def sigmoid_gated_rms_norm(x, gate, weight, eps, dtype):
     return (_rms_normalize(x, weight, eps) * jax.nn.sigmoid(gate.astype(jnp.float32))).astype(dtype)
 
 
+@functools.partial(jax.checkpoint, static_argnums=(3, 4, 5, 6))
+def grouped_gated_rms_norm(x, gate, weight, eps, dtype, group_size, norm_before_gate):
+    """fla's RMSNormGated (Mamba2's `norm`): over each group of `group_size` features of the last axis,
+    rms_norm(x * silu(gate)) * weight, or with `norm_before_gate` rms_norm(x) * weight * silu(gate); fp32, returned
+    in `dtype`."""
+    gate = jax.nn.silu(gate.astype(jnp.float32))
+    x = x.astype(jnp.float32)
+    if not norm_before_gate:
+        x = x * gate
+    groups = (*x.shape[:-1], x.shape[-1] // group_size, group_size)
+    out = _rms_normalize(x.reshape(groups), weight.reshape(groups[-2:]), eps).reshape(x.shape)
+    return (out * gate if norm_before_gate else out).astype(dtype)
+
+
 class RMSNorm(nnx.Module):
     """x / sqrt(mean(x^2) + eps) * weight over the last axis, in fp32; returned in `dtype` (default: x's).
 
@@ -71,3 +85,19 @@ class SigmoidGatedRMSNorm(RMSNorm):
     def __call__(self, x: jax.Array, gate: jax.Array) -> jax.Array:
         norm = maybe_recomputed(sigmoid_gated_rms_norm, self.recompute)
         return norm(x, gate, self.weight[...], self.eps, self.dtype or x.dtype)
+
+
+class GroupedGatedRMSNorm(RMSNorm):
+    """fla's `RMSNormGated` (Mamba2's `norm`, see `grouped_gated_rms_norm`): `weight [D]` over groups of
+    `group_size` features, the gate applied before the norm unless `norm_before_gate`."""
+
+    def __init__(self, num_features: int, *, group_size: int, norm_before_gate: bool = False, **kwargs):
+        if group_size < 1 or num_features % group_size:
+            raise ValueError(f"group_size: must divide num_features = {num_features}, got {group_size}")
+        super().__init__(num_features, **kwargs)
+        self.group_size, self.norm_before_gate = group_size, norm_before_gate
+
+    def __call__(self, x: jax.Array, gate: jax.Array) -> jax.Array:
+        norm = maybe_recomputed(grouped_gated_rms_norm, self.recompute)
+        return norm(x, gate, self.weight[...], self.eps, self.dtype or x.dtype, self.group_size,
+                    self.norm_before_gate)

@@ -13,6 +13,8 @@ construction only when a mesh is active (flax's eager sharding); without a mesh 
 are metadata only, so models build anywhere.
 """
 
+import math
+
 import jax
 import jax.numpy as jnp
 from flax import nnx
@@ -39,10 +41,38 @@ def normal(std: float):
     return jax.nn.initializers.normal(std)
 
 
-def linear(in_features, out_features, names, *, std, rngs, dtype=None, param_dtype=jnp.float32, use_bias=False):
-    """fla's `nn.Linear` as flax: kernel [in, out] ~ N(0, std) (torch weight transposed), zero bias."""
+def linear(in_features, out_features, names, *, std, rngs, dtype=None, param_dtype=jnp.float32, use_bias=False,
+           kernel_init=None):
+    """fla's `nn.Linear` as flax: kernel [in, out] ~ N(0, std) (torch weight transposed; `kernel_init` instead when
+    given), zero bias."""
     return nnx.Linear(
         in_features, out_features, use_bias=use_bias, dtype=dtype, param_dtype=param_dtype,
-        kernel_init=sharded(normal(std), *names), bias_init=sharded(jax.nn.initializers.zeros, names[1]),
+        kernel_init=sharded(kernel_init or normal(std), *names), bias_init=sharded(jax.nn.initializers.zeros, names[1]),
         rngs=rngs,
     )
+
+
+def log_uniform_a(lo: float, hi: float):
+    """Initialiser of `A_log`: log(A) with A ~ U(lo, hi] (fla's Gated DeltaNet and Mamba2), fp32 then `dtype`."""
+    def init(key, shape, dtype):
+        return jnp.log(jax.random.uniform(key, shape, jnp.float32, minval=lo, maxval=hi)).astype(dtype)
+
+    return init
+
+
+def symmetric_uniform(bound: float):
+    """Initialiser drawing U(-bound, bound) in fp32, then `dtype`."""
+    def init(key, shape, dtype):
+        return jax.random.uniform(key, shape, jnp.float32, -bound, bound).astype(dtype)
+
+    return init
+
+
+def inverse_softplus_dt(dt_min: float, dt_max: float, floor: float):
+    """Initialiser of `dt_bias`: softplus^-1(dt) with log dt ~ U(log dt_min, log dt_max), dt >= floor (Mamba-2)."""
+    def init(key, shape, dtype):
+        u = jax.random.uniform(key, shape, jnp.float32)
+        dt = jnp.maximum(jnp.exp(u * (math.log(dt_max) - math.log(dt_min)) + math.log(dt_min)), floor)
+        return (dt + jnp.log(-jnp.expm1(-dt))).astype(dtype)
+
+    return init

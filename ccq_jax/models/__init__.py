@@ -13,12 +13,13 @@ from ccq_jax.layers.kernel_policy import KernelPolicy
 from ccq_jax.models.causal_lm import Block, CausalLM, check_token_ids, lm_logits
 from ccq_jax.models.config import (
     FAMILIES, GatedDeltaNet2Config, GatedDeltaNetConfig, GLAConfig, HybridAttention, KDAConfig, LinearAttentionConfig,
-    ModelConfig, TransformerConfig, config_from_dict, layer_mixers,
+    Mamba2Config, ModelConfig, TransformerConfig, config_from_dict, layer_mixers,
 )
 from ccq_jax.models.params import abstract_model, count_params, with_config, with_dtype
 from ccq_jax.models.presets import PRESETS, get_config
 
 __all__ = ["Block", "CCQConfig", "CausalLM", "FAMILIES", "GLAConfig", "GatedDeltaNet2Config", "GatedDeltaNetConfig",
-           "HybridAttention", "KDAConfig", "KernelPolicy", "LinearAttentionConfig", "ModelConfig", "PRESETS", "TransformerConfig", "abstract_model",
-           "check_token_ids", "config_from_dict", "count_params", "get_config", "layer_mixers", "lm_logits",
+           "HybridAttention", "KDAConfig", "KernelPolicy", "LinearAttentionConfig", "Mamba2Config", "ModelConfig",
+           "PRESETS", "TransformerConfig", "abstract_model", "check_token_ids", "config_from_dict", "count_params",
+           "get_config", "layer_mixers", "lm_logits",
            "with_config", "with_dtype"]

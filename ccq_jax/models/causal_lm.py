@@ -2,8 +2,9 @@
 
 Module paths follow fla's state_dict without the `model.` prefix: `embeddings`,
 `layers.{i}.attn_norm`, `layers.{i}.attn` (the mixer), `layers.{i}.mlp_norm`, `layers.{i}.mlp`,
-`norm`, `lm_head` (absent with tied embeddings). A hybrid's attention layers (the config's `attn`
-entries) hold fla's `layers.{i}.attn.{q,k,v,o}_proj` (and `g_proj` with an output gate); with
+`norm`, `lm_head` (absent with tied embeddings); Mamba2 blocks have no `mlp_norm` / `mlp` (fla's
+`backbone.layers.{i}.norm` / `.mixer` and `backbone.norm_f`: `ccq_jax.models.state_dict` renames).
+A hybrid's attention layers (the config's `attn` entries) hold fla's `layers.{i}.attn.{q,k,v,o}_proj` (and `g_proj` with an output gate); with
 `scan_layers` the stack runs as `scan_plan` pieces it. `model(input_ids, segment_ids=None)` returns
 fp32 logits; with `cache=` it also returns the updated cache (prefill and decoding run this
 same forward; see `ccq_jax.inference`). `hidden_states`, `head` and `lm_logits` are the same
@@ -17,12 +18,13 @@ import jax.numpy as jnp
 from flax import nnx
 
 from ccq_jax.layers import (
-    Attention, GatedDeltaNet, GatedDeltaNet2, GatedLinearAttention, GatedMLP, KimiDeltaAttention, RMSNorm,
+    Attention, GatedDeltaNet, GatedDeltaNet2, GatedLinearAttention, GatedMLP, KimiDeltaAttention, Mamba2, RMSNorm,
 )
 from ccq_jax.layers.params import linear, normal, sharded
 from ccq_jax.ops.internals import head_logits, in_range
 from ccq_jax.models.config import (
-    ChannelDecayConfig, GatedDeltaNetConfig, GLAConfig, KDAConfig, ModelConfig, TransformerConfig, layer_mixers,
+    ChannelDecayConfig, GatedDeltaNetConfig, GLAConfig, KDAConfig, Mamba2Config, ModelConfig, TransformerConfig,
+    layer_mixers,
 )
 from ccq_jax.models.pretrained import read_pretrained, save_pretrained
 
@@ -30,17 +32,19 @@ from ccq_jax.models.pretrained import read_pretrained, save_pretrained
 def _mixer(cfg: ModelConfig, rngs: nnx.Rngs, index: int) -> nnx.Module:
     common = dict(initializer_range=cfg.initializer_range, dtype=cfg.compute_dtype, param_dtype=cfg.params_dtype,
                   rngs=rngs)
+    attention = dict(common, sdpa_impl=cfg.sdpa_impl, axes=cfg.kernel.axes)  # split over the ops' mesh axes
     if isinstance(cfg, TransformerConfig):
         return Attention(cfg.hidden_size, num_heads=cfg.num_heads, num_kv_heads=cfg.num_kv_heads,
-                         rope_theta=cfg.rope_theta, sdpa_impl=cfg.sdpa_impl, **common)
+                         rope_theta=cfg.rope_theta, **attention)
     spec = layer_mixers(cfg)[index]
     if spec is not None:
         return Attention(cfg.hidden_size, num_heads=spec.num_heads, num_kv_heads=spec.num_kv_heads,
-                         rope_theta=spec.rope_theta, sdpa_impl=cfg.sdpa_impl, qkv_bias=spec.qkv_bias,
-                         window_size=spec.window_size, rotary_dim=spec.rotary_dim, output_gate=spec.output_gate,
-                         **common)
-    common.update(ccq=cfg.ccq, kernel=cfg.kernel, use_short_conv=cfg.use_short_conv, conv_size=cfg.conv_size,
-                  norm_eps=cfg.norm_eps, recompute=cfg.recompute_elementwise)
+                         rope_theta=spec.rope_theta, qkv_bias=spec.qkv_bias, window_size=spec.window_size,
+                         rotary_dim=spec.rotary_dim, output_gate=spec.output_gate, **attention)
+    common.update(ccq=cfg.ccq, kernel=cfg.kernel, norm_eps=cfg.norm_eps, recompute=cfg.recompute_elementwise)
+    if isinstance(cfg, Mamba2Config):
+        return Mamba2(cfg.hidden_size, **cfg.mixer_options, **common)
+    common.update(use_short_conv=cfg.use_short_conv, conv_size=cfg.conv_size)
     if isinstance(cfg, GLAConfig):
         return GatedLinearAttention(
             cfg.hidden_size, num_heads=cfg.num_heads, num_kv_heads=cfg.num_kv_heads, expand_k=cfg.expand_k,
@@ -56,27 +60,30 @@ def _mixer(cfg: ModelConfig, rngs: nnx.Rngs, index: int) -> nnx.Module:
         if isinstance(cfg, KDAConfig):
             return KimiDeltaAttention(cfg.hidden_size, safe_gate=cfg.safe_gate, lower_bound=cfg.lower_bound, **common)
         return GatedDeltaNet2(cfg.hidden_size, **common)
-    raise ValueError(f"config: expected a TransformerConfig, GLAConfig, GatedDeltaNetConfig, KDAConfig or "
-                     f"GatedDeltaNet2Config, got {type(cfg).__name__}")
+    raise ValueError(f"config: expected a TransformerConfig, GLAConfig, GatedDeltaNetConfig, Mamba2Config, KDAConfig "
+                     f"or GatedDeltaNet2Config, got {type(cfg).__name__}")
 
 
 class Block(nnx.Module):
     """x + attn(attn_norm(x)), then + mlp(mlp_norm(.)) (fla's pre-norm block); `index`: the layer it is (a hybrid's
-    `attn` entries pick its mixer)."""
+    `attn` entries pick its mixer). Mamba2's blocks (fla's `norm` and `mixer`) stop after the mixer: no MLP."""
 
     def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs, index: int = 0):
         norm = dict(eps=cfg.norm_eps, dtype=cfg.compute_dtype, param_dtype=cfg.params_dtype,
                     recompute=cfg.recompute_elementwise)
         self.attn_norm = RMSNorm(cfg.hidden_size, **norm)
         self.attn = _mixer(cfg, rngs, index)
-        self.mlp_norm = RMSNorm(cfg.hidden_size, **norm)
-        self.mlp = GatedMLP(cfg.hidden_size, cfg.mlp_width, std=cfg.initializer_range, rngs=rngs,
-                            dtype=cfg.compute_dtype, param_dtype=cfg.params_dtype, recompute=cfg.recompute_elementwise)
+        self.has_mlp = not isinstance(cfg, Mamba2Config)
+        if self.has_mlp:
+            self.mlp_norm = RMSNorm(cfg.hidden_size, **norm)
+            self.mlp = GatedMLP(cfg.hidden_size, cfg.mlp_width, std=cfg.initializer_range, rngs=rngs,
+                                dtype=cfg.compute_dtype, param_dtype=cfg.params_dtype,
+                                recompute=cfg.recompute_elementwise)
 
     def __call__(self, x, segment_ids, cache):
         h, cache = self.attn(self.attn_norm(x), segment_ids=segment_ids, cache=cache)
         x = x + h
-        return x + self.mlp(self.mlp_norm(x)), cache
+        return (x + self.mlp(self.mlp_norm(x)) if self.has_mlp else x), cache
 
 
 @nnx.remat

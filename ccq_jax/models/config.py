@@ -1,8 +1,10 @@
 """Model configs: frozen, self-validating dataclasses, one per family, with fla's field names and defaults.
 
-`TransformerConfig`, `GLAConfig`, `GatedDeltaNetConfig` and `KDAConfig` default to fla's default (1.3B)
-`TransformerConfig` / `GLAConfig` / `GatedDeltaNetConfig` / `KDAConfig`; `GatedDeltaNet2Config` (fla has a GDN-2
-layer but no model) to KDA's model with fla's GDN-2 layer defaults. Types are checked by
+`TransformerConfig`, `GLAConfig`, `GatedDeltaNetConfig`, `Mamba2Config` and `KDAConfig` default to fla's default
+(1.3B) `TransformerConfig` / `GLAConfig` / `GatedDeltaNetConfig` / `Mamba2Config` / `KDAConfig`;
+`GatedDeltaNet2Config` (fla has a GDN-2 layer but no model) to KDA's model with fla's GDN-2 layer defaults. The
+fields every family shares live in `ccq_jax.models.config_base`, the families in `ccq_jax.models.config_families`;
+this module gathers them (`FAMILIES`) and reads them from dicts and overrides. Types are checked by
 `ccq_jax.configlib`, values here; every failure is a `ValueError` naming the field. Built
 from dicts or overrides (`config_from_dict`, `apply_overrides`, `get_config(name, **overrides)`)
 unknown keys are rejected with the closest valid name. `dtype` is the compute dtype,
@@ -19,25 +21,23 @@ checks it (a layer listed twice or out of range, heads that do not divide, unkno
 field). `layer_mixers(cfg)` gives each layer's entry (None: the family's own mixer).
 """
 
-import dataclasses
-from typing import Any, ClassVar, Literal, Mapping
-
-import jax.numpy as jnp
+from typing import Any, Mapping
 
 from ccq_jax import configlib
-from ccq_jax import checks as check
-from ccq_jax.layers.attention import attention_head_dim
-from ccq_jax.layers.ccq import CCQConfig
-from ccq_jax.layers.gated_deltanet import gdn_dims
-from ccq_jax.layers.gla import gla_dims
-from ccq_jax.layers.kda import check_kda_gate
-from ccq_jax.layers.kernel_policy import KernelPolicy
-from ccq_jax.layers.mlp import mlp_width
-from ccq_jax.ops import REFERENCES
+from ccq_jax.models.config_base import (
+    DEFAULT_KERNEL, LINEAR_READS, DType, HybridAttention, LinearAttentionConfig, ModelConfig, check_hybrid,
+    layer_mixers,
+)
+from ccq_jax.models.config_families import (
+    ChannelDecayConfig, GatedDeltaNet2Config, GatedDeltaNetConfig, GLAConfig, KDAConfig, Mamba2Config,
+    TransformerConfig,
+)
 
-DType = Literal["float32", "bfloat16", "float16"]
-DEFAULT_KERNEL = KernelPolicy()
-LINEAR_READS = ("impl", "decode_impl", "chunk_size")  # the kernel policy's fields only linear attention uses
+__all__ = ["DEFAULT_KERNEL", "FAMILIES", "LINEAR_READS", "RENAMED", "RENAMED_TRANSFORMER", "ChannelDecayConfig", "DType",
+           "GLAConfig", "GatedDeltaNet2Config", "GatedDeltaNetConfig", "HybridAttention", "KDAConfig",
+           "LinearAttentionConfig", "Mamba2Config", "ModelConfig", "TransformerConfig", "apply_overrides",
+           "check_hybrid", "config_from_dict", "layer_mixers", "renamed_keys", "saved_overrides"]
+
 # the flat kernel fields of configs saved before the kernel policy: {old key: its key now}; only saved configs
 # (`config_from_dict`, `saved_overrides`) are read with them, overrides with an old key are refused naming the new
 RENAMED = {"attn_impl": "kernel.impl", "decode_impl": "kernel.decode_impl", "chunk_size": "kernel.chunk_size",
@@ -45,213 +45,8 @@ RENAMED = {"attn_impl": "kernel.impl", "decode_impl": "kernel.decode_impl", "chu
 RENAMED_TRANSFORMER = {**RENAMED, "attn_impl": "sdpa_impl"}
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class ModelConfig:
-    """Fields every family has (the embedding, the blocks' norms and MLPs, dtypes)."""
-
-    family: ClassVar[str] = ""
-
-    vocab_size: int = 32000
-    hidden_size: int = 2048
-    num_hidden_layers: int = 24
-    num_heads: int = 4
-    hidden_ratio: int = 4
-    intermediate_size: int | None = None
-    norm_eps: float = 1e-6
-    initializer_range: float = 0.02
-    tie_word_embeddings: bool = False
-    dtype: DType = "float32"
-    param_dtype: DType = "float32"
-    # what the backward pass recomputes instead of storing: "elementwise" the norms, gates, short convolutions
-    # and the SwiGLU product (ccq_jax.layers.remat); "block" every block whole; "none" nothing
-    remat_policy: Literal["none", "elementwise", "block"] = "elementwise"
-    # run the blocks of a forward without a cache as one `lax.scan` over the layers' stacked parameters (one block
-    # traced and compiled, not num_hidden_layers); the parameters keep their per-layer layout (`layers.{i}`). A
-    # hybrid scans groups of its pattern's period (attention every 4th layer: 4 blocks traced), layers outside the
-    # repeats called one by one or as runs of identical blocks (`ccq_jax.models.causal_lm.scan_plan`)
-    scan_layers: bool = False
-    # the kernels: the linear-attention reads' `ccq_jax.ops` impls, their chunk, the decode step's LM head and the
-    # kernels' interpretation (`ccq_jax.layers.KernelPolicy`); override one as `kernel.impl=pallas`
-    kernel: KernelPolicy = dataclasses.field(default_factory=KernelPolicy)
-
-    @property
-    def recompute_elementwise(self) -> bool:
-        """Whether the layers recompute their elementwise pieces (`ccq_jax.layers.remat`)."""
-        return self.remat_policy != "none"
-
-    def __post_init__(self):
-        configlib.check_field_types(self)
-        for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_heads", "hidden_ratio"):
-            check.integer(name, getattr(self, name), minimum=1)
-        check.integer("intermediate_size", self.intermediate_size, minimum=1, optional=True)
-        check.real("norm_eps", self.norm_eps, lo=0, lo_open=True)
-        check.real("initializer_range", self.initializer_range, lo=0)
-        if self.kernel.head_impl == "pallas" and (self.vocab_size % 16 or self.hidden_size % 16):
-            raise ValueError(f"kernel.head_impl: 'pallas' needs vocab_size and hidden_size multiples of 16, got "
-                             f"{self.vocab_size} and {self.hidden_size}")
-
-    @property
-    def mlp_width(self) -> int:
-        return mlp_width(self.hidden_size, self.hidden_ratio, self.intermediate_size)
-
-    @property
-    def compute_dtype(self):
-        return jnp.dtype(self.dtype)
-
-    @property
-    def params_dtype(self):
-        return jnp.dtype(self.param_dtype)
-
-    def to_dict(self) -> dict:
-        """Plain values (the CCQ config and the kernel policy as dicts) plus the `family` key; `config_from_dict`
-        inverts it."""
-        return {"family": self.family, **configlib.to_dict(self)}
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class TransformerConfig(ModelConfig):
-    """Softmax attention with RoPE; sdpa_impl picks `jax.nn.dot_product_attention`'s implementation (None: JAX's
-    choice). Of the kernel policy only head_impl and interpret apply (a decode step's LM head)."""
-
-    family: ClassVar[str] = "transformer"
-
-    num_heads: int = 32
-    num_kv_heads: int | None = None
-    rope_theta: float = 10000.0
-    sdpa_impl: Literal["xla", "cudnn"] | None = None
-
-    def __post_init__(self):
-        super().__post_init__()
-        for name in LINEAR_READS:
-            if getattr(self.kernel, name) != getattr(DEFAULT_KERNEL, name):
-                raise ValueError(f"kernel.{name}: the Transformer has no linear-attention reads (its attention "
-                                 f"backend is sdpa_impl); leave kernel.{name} at {getattr(DEFAULT_KERNEL, name)!r}, "
-                                 f"got {getattr(self.kernel, name)!r}")
-        attention_head_dim(self.hidden_size, self.num_heads, self.num_kv_heads)
-        check.real("rope_theta", self.rope_theta, lo=0, lo_open=True)
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class HybridAttention:
-    """One entry of a linear model's `attn`: softmax attention on `layers` (fla's keys: layers, num_heads,
-    num_kv_heads (None: num_heads), qkv_bias, window_size (None: full attention), rope_theta; and ccq-jax's own:
-    rotary_dim (None: the whole head; 0: no RoPE) and output_gate (a sigmoid gate `g_proj`), see
-    `ccq_jax.layers.Attention`). The sizes are checked against the model's in `LinearAttentionConfig`."""
-
-    layers: tuple[int, ...] = ()
-    num_heads: int = 0
-    num_kv_heads: int | None = None
-    qkv_bias: bool = False
-    window_size: int | None = None
-    rope_theta: float = 10000.0
-    rotary_dim: int | None = None
-    output_gate: bool = False
-
-    def __post_init__(self):
-        configlib.check_field_types(self, prefix="attn.")
-        if not self.layers:
-            raise ValueError("attn.layers: required: the indices of the layers that use softmax attention")
-        check.integer("attn.num_heads", self.num_heads, minimum=1)
-        check.integer("attn.window_size", self.window_size, minimum=1, optional=True)
-        check.real("attn.rope_theta", self.rope_theta, lo=0, lo_open=True)
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class LinearAttentionConfig(ModelConfig):
-    """Fields the linear-attention families share: CCQ, kernels (`ccq_jax.ops` impls), short convolutions, the
-    hybrid attention layers (`attn`, with `sdpa_impl` their attention backend as a Transformer's)."""
-
-    ccq: CCQConfig | None = None
-    use_short_conv: bool = False
-    conv_size: int = 4
-    attn: tuple[HybridAttention, ...] | None = None
-    sdpa_impl: Literal["xla", "cudnn"] | None = None
-
-    def __post_init__(self):
-        super().__post_init__()
-        check_hybrid(self.attn, self.num_hidden_layers, self.hidden_size)
-        if self.ccq is not None and self.ccq.read != "first_order":
-            for name in ("impl", "decode_impl"):
-                if getattr(self.kernel, name) not in REFERENCES:
-                    raise ValueError(f"kernel.{name}: ccq.read={self.ccq.read!r} runs on the XLA forms "
-                                     f"{list(REFERENCES)}; the kernels compute the first-order read only, got "
-                                     f"{getattr(self.kernel, name)!r}")
-        check.integer("conv_size", self.conv_size, minimum=1)
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class GLAConfig(LinearAttentionConfig):
-    """fla's GLAConfig (gate_low_rank_dim / gate_logit_normalizer are fla's layer defaults, 16 and 16)."""
-
-    family: ClassVar[str] = "gla"
-
-    expand_k: float = 0.5
-    expand_v: float = 1.0
-    num_kv_heads: int | None = None
-    use_output_gate: bool = True
-    clamp_min: float | None = None
-    gate_low_rank_dim: int = 16
-    gate_logit_normalizer: float = 16.0
-
-    def __post_init__(self):
-        super().__post_init__()
-        gla_dims(self.hidden_size, self.num_heads, self.num_kv_heads, self.expand_k, self.expand_v)
-        check.real("clamp_min", self.clamp_min, hi=0, optional=True)
-        check.integer("gate_low_rank_dim", self.gate_low_rank_dim, minimum=1)
-        check.real("gate_logit_normalizer", self.gate_logit_normalizer, lo=0, lo_open=True)
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class GatedDeltaNetConfig(LinearAttentionConfig):
-    """fla's GatedDeltaNetConfig."""
-
-    family: ClassVar[str] = "gdn"
-
-    num_hidden_layers: int = 21
-    num_heads: int = 6
-    head_dim: int = 256
-    expand_v: float = 2.0
-    num_v_heads: int | None = None
-    use_gate: bool = True
-    use_short_conv: bool = True
-    allow_neg_eigval: bool = False
-
-    def __post_init__(self):
-        super().__post_init__()
-        gdn_dims(self.num_heads, self.head_dim, self.expand_v, self.num_v_heads)
-
-
-def check_hybrid(attn, num_hidden_layers: int, hidden_size: int) -> None:
-    """A linear model's `attn` entries against its layers and width (fla's checks); ValueError naming the field."""
-    if attn is None:
-        return
-    if not attn:
-        raise ValueError("attn: expected None or at least one entry, got an empty list")
-    owner = {}
-    for i, spec in enumerate(attn):
-        where = f"attn[{i}]." if len(attn) > 1 else "attn."
-        for layer in spec.layers:
-            if not 0 <= layer < num_hidden_layers:
-                raise ValueError(f"{where}layers: layer {layer} is out of range; expected a value in "
-                                 f"[0, num_hidden_layers={num_hidden_layers})")
-            if layer in owner:
-                first = "the same entry" if owner[layer] == i else f"entry {owner[layer]}"
-                raise ValueError(f"{where}layers: layer {layer} is listed twice (already in {first})")
-            owner[layer] = i
-        attention_head_dim(hidden_size, spec.num_heads, spec.num_kv_heads, spec.rotary_dim, prefix=where)
-
-
-def layer_mixers(cfg: ModelConfig) -> tuple:
-    """Per layer, the `HybridAttention` entry that makes it a softmax attention layer, or None where the layer
-    keeps the family's own mixer (every layer of a pure model)."""
-    specs = [None] * cfg.num_hidden_layers
-    for spec in (cfg.attn if isinstance(cfg, LinearAttentionConfig) else None) or ():
-        for layer in spec.layers:
-            specs[layer] = spec
-    return tuple(specs)
-
-
-FAMILIES = {cls.family: cls for cls in (TransformerConfig, GLAConfig, GatedDeltaNetConfig)}
+FAMILIES = {cls.family: cls for cls in (TransformerConfig, GLAConfig, GatedDeltaNetConfig, Mamba2Config, KDAConfig,
+                                         GatedDeltaNet2Config)}
 
 
 def renamed_keys(family: str) -> dict[str, str]:
@@ -286,46 +81,3 @@ def apply_overrides(cfg: ModelConfig, overrides: Mapping[str, Any]) -> ModelConf
         if key in names:
             raise ValueError(f"{key}: renamed to {names[key]} (e.g. {names[key]}={overrides[key]!r})")
     return configlib.with_overrides(cfg, overrides)
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class ChannelDecayConfig(LinearAttentionConfig):
-    """What KDA and Gated DeltaNet-2 share (fla's layer defaults: 16 heads of 128, expand_v 1, short convs). Their
-    layers read through the generalized delta rule's XLA forms: kernel.impl and kernel.decode_impl must be one of
-    "chunk", "recurrent", "scan" (no kernels yet)."""
-
-    num_heads: int = 16
-    head_dim: int = 128
-    expand_v: float = 1.0
-    num_v_heads: int | None = None
-    use_short_conv: bool = True
-    allow_neg_eigval: bool = False
-
-    def __post_init__(self):
-        super().__post_init__()
-        gdn_dims(self.num_heads, self.head_dim, self.expand_v, self.num_v_heads)
-        self.kernel.references_only(f"the {self.family} family")
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class KDAConfig(ChannelDecayConfig):
-    """fla's KDAConfig (Kimi Delta Attention): safe_gate / lower_bound pick fla's bounded gate."""
-
-    family: ClassVar[str] = "kda"
-
-    safe_gate: bool = False
-    lower_bound: float | None = None
-
-    def __post_init__(self):
-        super().__post_init__()
-        check_kda_gate(self.safe_gate, self.lower_bound)
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class GatedDeltaNet2Config(ChannelDecayConfig):
-    """Gated DeltaNet-2: fla's `GatedDeltaNet2` layer in KDA's model (fla has no GDN-2 model class)."""
-
-    family: ClassVar[str] = "gdn2"
-
-
-FAMILIES.update({cls.family: cls for cls in (KDAConfig, GatedDeltaNet2Config)})

@@ -23,6 +23,8 @@ backward, the backward twice the forward's work; recomputation under remat is no
                           the covariance update k^T k (2 Dk^2) and n products Sigma_t x: x Sigma (2 Dk^2) and the
                           chunk's part, scores x k^T and their product with k (2 C Dk each); n = 1 for the
                           first-order read, `terms` for Neumann, `iterations` + 1 for conjugate gradient
+      Mamba2 (SSD)        GLA's term with Dk = N (the state), Dv = P (the head), H = I / P heads; its conv1d
+                          2 W (I + 2 G N)
       short convolutions  2 W (channels of q, k and v)
     total  = dense + mixer
 
@@ -38,6 +40,7 @@ from flax import nnx
 
 from ccq_jax.layers.gated_deltanet import gdn_dims
 from ccq_jax.layers.gla import gla_dims
+from ccq_jax.layers.mamba2 import mamba2_dims
 from ccq_jax.models.config import ModelConfig, layer_mixers
 from ccq_jax.models.params import abstract_model
 
@@ -85,7 +88,12 @@ def mixer_forward_flops(cfg: ModelConfig, seq_len: int) -> float:
     if cfg.family == "transformer":
         return attention_forward_flops(cfg.hidden_size, seq_len)
     chunk = cfg.kernel.chunk_size or DEFAULT_CHUNK
-    if cfg.family == "gla":
+    if cfg.family == "mamba2":
+        dims = mamba2_dims(cfg.hidden_size, cfg.head_dim, cfg.state_size, cfg.expand, cfg.n_groups)
+        heads, dk, dv = dims.num_heads, cfg.state_size, cfg.head_dim
+        flops = heads * (4 * dk * dv + 2 * chunk * (dk + dv))
+        channels, width = dims.conv_dim, cfg.conv_kernel
+    elif cfg.family == "gla":
         dims = gla_dims(cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.expand_k, cfg.expand_v)
         heads, dk, dv = cfg.num_heads, dims.head_k_dim, dims.head_v_dim
         flops = heads * (4 * dk * dv + 2 * chunk * (dk + dv))
@@ -98,7 +106,9 @@ def mixer_forward_flops(cfg: ModelConfig, seq_len: int) -> float:
     if cfg.ccq is not None:
         products = READ_PRODUCTS[cfg.ccq.read](cfg.ccq)
         flops += heads * (2 * dk**2 + products * (2 * dk**2 + 4 * chunk * dk))
-    if cfg.use_short_conv:
+    if cfg.family == "mamba2":
+        flops += 2 * width * channels
+    elif cfg.use_short_conv:
         flops += 2 * cfg.conv_size * channels
     return float(flops)
 

@@ -1,5 +1,5 @@
-"""Named model presets: `{transformer,gla,gdn,ccq-gla,ccq-gdn}-{tiny,100m,340m,1.3b}`, hybrids, KDA and GDN-2 and
-`get_config`.
+"""Named model presets: `{transformer,gla,gdn,ccq-gla,ccq-gdn}-{tiny,100m,340m,1.3b}`, `[ccq-]mamba2-{tiny,1.3b}`,
+hybrids, KDA and GDN-2 and `get_config`.
 
 1.3b = fla's default configs (GLA 24 x 2048, 4 heads; Gated DeltaNet 21 x 2048, 6 heads of
 256; Transformer 24 x 2048, 32 heads). 340m: GLA and Transformer follow fla's
@@ -14,6 +14,9 @@ Hybrids (softmax attention on some layers through fla's `attn` entry, the rest t
 `{gla,gdn}-hybrid-tiny` (4 layers; GLA: grouped-query attention on layers 1 and 3; Gated DeltaNet: an
 8-token sliding window on layer 3) and `gdn-hybrid-1.3b`, fla's Gated DeltaNet 1.3B with attention
 (16 heads of 128, fla's defaults otherwise) on every fourth layer (3, 7, 11, 15, 19; 1.35B parameters).
+Mamba2 (fla's `Mamba2Config`, blocks without MLPs): `mamba2-1.3b` is fla's default (48 x 2048, 64 heads of 64,
+state 128, one group; 1.37B parameters; the Mamba2 paper's 1.3B baseline has the same shape), `mamba2-tiny` 8 heads
+of 16 with a 16-wide state, `mamba2-hybrid-tiny` (4 layers, grouped-query attention on layer 2).
 KDA and Gated DeltaNet-2 (`{kda,gdn2}-{tiny,1.3b}`): 1.3b is fla's default `KDAConfig` (24 x 2048, 16 heads of
 128, expand_v 1; fla publishes no KDA 1.3B config file); GDN-2 the same model with fla's GDN-2 layer on 21 layers,
 since its mixer (q, k, v, o, b and w projections: 6 D^2) is Gated DeltaNet's size and fla's GDN 1.3B has 21.
@@ -23,8 +26,8 @@ since its mixer (q, k, v, o, b and w projections: 6 D^2) is Gated DeltaNet's siz
 from ccq_jax import configlib
 from ccq_jax.layers.ccq import CCQConfig
 from ccq_jax.models.config import (
-    GatedDeltaNet2Config, GatedDeltaNetConfig, GLAConfig, HybridAttention, KDAConfig, ModelConfig, TransformerConfig,
-    apply_overrides,
+    GatedDeltaNet2Config, GatedDeltaNetConfig, GLAConfig, HybridAttention, KDAConfig, Mamba2Config, ModelConfig,
+    TransformerConfig, apply_overrides,
 )
 
 TINY = dict(vocab_size=256, hidden_size=64, num_hidden_layers=2)
@@ -52,6 +55,12 @@ _BACKBONES = {
         "hybrid-tiny": dict(TINY, num_heads=2, head_dim=16, num_hidden_layers=4,
                             attn=(HybridAttention(layers=(3,), num_heads=4, window_size=8),)),
         "hybrid-1.3b": dict(attn=(HybridAttention(layers=(3, 7, 11, 15, 19), num_heads=16),)),
+    }),
+    "mamba2": (Mamba2Config, {
+        "tiny": dict(TINY, head_dim=16, state_size=16),
+        "1.3b": {},
+        "hybrid-tiny": dict(TINY, head_dim=16, state_size=16, num_hidden_layers=4,
+                            attn=(HybridAttention(layers=(2,), num_heads=4, num_kv_heads=2),)),
     }),
     "kda": (KDAConfig, {
         "tiny": dict(TINY, num_heads=2, head_dim=16),

@@ -9,8 +9,10 @@ fla names are our module paths with a `model.` prefix (`lm_head` has none), the 
                                        <->  <path> unchanged
 
 so `layers.3.attn.q_proj.kernel` is `model.layers.3.attn.q_proj.weight`, transposed, and the CCQ
-gate of layer 3 is `model.layers.3.attn.ccq.weight` / `.bias`. Conversions are exact (transposes
-and reshapes only; a dtype cast only when the stored dtype differs from the model's).
+gate of layer 3 is `model.layers.3.attn.ccq.weight` / `.bias`. Mamba2 models are fla's `backbone.` instead of
+`model.`, their blocks' `attn_norm` / `attn` fla's `norm` / `mixer` and the final `norm` fla's `norm_f`
+(`layers.3.attn.in_proj.kernel` is `backbone.layers.3.mixer.in_proj.weight`; conv1d's bias, D, `norm.weight`:
+unchanged). Conversions are exact (transposes and reshapes only; a dtype cast only when the stored dtype differs from the model's).
 `native_rules` name every parameter by its own dotted path, unchanged: ccq-jax's own format
 (`CausalLM.save_pretrained`). fla's config fields are mapped in `ccq_jax.convert.config`. `load_layer` fills one
 mixer layer from an fla layer's own state_dict (layer-level parity, e.g. with fla's GDN-2 layer, which has no model).
@@ -24,6 +26,7 @@ import numpy as np
 from flax import nnx
 
 from ccq_jax.layers.conv import ShortConvolution
+from ccq_jax.models.config import Mamba2Config
 from ccq_jax.progress import progress as progress_bar
 
 
@@ -46,22 +49,44 @@ LAYOUTS = {
 }
 
 
+# Mamba2's fla names: `backbone.` for `model.`, and its block's and final norm's names ({ours: fla's})
+MAMBA2_BLOCK = {"attn_norm": "norm", "attn": "mixer"}
+MAMBA2_TOP = {"norm": "norm_f"}
+
+
+def _fla_module(config, path) -> str:
+    """fla's dotted name of our module `path` (a tuple, the parameter's leaf dropped), its prefix included."""
+    parts = [str(p) for p in path]
+    if parts[0] == "lm_head":
+        return "lm_head"
+    if not isinstance(config, Mamba2Config):
+        return ".".join(["model", *parts])
+    parts[0] = MAMBA2_TOP.get(parts[0], parts[0])
+    if parts[0] == "layers":
+        parts[2] = MAMBA2_BLOCK.get(parts[2], parts[2])
+    return ".".join(["backbone", *parts])
+
+
 def fla_rules(model: nnx.Module) -> dict[tuple, tuple[str, Layout]]:
     """our parameter path -> (fla name, layout), in the model's order."""
+    return _layout_rules(model, lambda path: _fla_module(model.config, path))
+
+
+def _layout_rules(model, module_name) -> dict[tuple, tuple[str, Layout]]:
+    """our parameter path -> (name, fla's layout), `module_name(path)` naming the module of each parameter."""
     modules = {path: node for path, node in nnx.iter_graph(model) if isinstance(node, nnx.Module)}
     rules = {}
     for path, _ in nnx.to_flat_state(nnx.state(model, nnx.Param)):
         parent, leaf = modules[path[:-1]], path[-1]
-        module = ".".join(map(str, path[:-1]))
-        prefix = "" if path[0] == "lm_head" else "model."
+        module = module_name(path[:-1])
         if isinstance(parent, nnx.Linear) and leaf == "kernel":
-            rules[path] = (f"{prefix}{module}.weight", LAYOUTS["linear"])
+            rules[path] = (f"{module}.weight", LAYOUTS["linear"])
         elif isinstance(parent, ShortConvolution) and leaf == "kernel":
-            rules[path] = (f"{prefix}{module}.weight", LAYOUTS["conv"])
+            rules[path] = (f"{module}.weight", LAYOUTS["conv"])
         elif isinstance(parent, nnx.Embed) and leaf == "embedding":
-            rules[path] = (f"{prefix}{module}.weight", LAYOUTS["same"])
+            rules[path] = (f"{module}.weight", LAYOUTS["same"])
         else:
-            rules[path] = (f"{prefix}{module}.{leaf}", LAYOUTS["same"])
+            rules[path] = (f"{module}.{leaf}", LAYOUTS["same"])
     return rules
 
 
@@ -96,9 +121,9 @@ def from_state_dict(model: nnx.Module, state_dict: Mapping[str, np.ndarray], *, 
     rules = rules(model)
     state_dict = dict(state_dict)
     if config.tie_word_embeddings and "lm_head.weight" in state_dict:
-        if not np.array_equal(state_dict.pop("lm_head.weight"), state_dict.get("model.embeddings.weight")):
-            raise ValueError("state_dict: tie_word_embeddings is set but lm_head.weight differs from "
-                             "model.embeddings.weight")
+        embeddings = rules[("embeddings", "embedding")][0]
+        if not np.array_equal(state_dict.pop("lm_head.weight"), state_dict.get(embeddings)):
+            raise ValueError(f"state_dict: tie_word_embeddings is set but lm_head.weight differs from {embeddings}")
     names = {name for name, _ in rules.values()}
     missing, unexpected = names - set(state_dict), set(state_dict) - names
     if missing or unexpected:
@@ -122,8 +147,8 @@ def load_layer(layer: nnx.Module, state_dict: Mapping[str, np.ndarray]) -> nnx.M
     """A mixer layer (e.g. `ccq_jax.layers.GatedDeltaNet2`) filled, in place, with the tensors of an fla layer's
     state_dict (`q_proj.weight`, `A_log`, ...: fla's names without a model's `model.layers.{i}.attn.`), laid out by
     fla's rules; ValueError naming missing or unexpected tensors."""
-    rules = {path: (name.removeprefix("model.").lstrip("."), layout)  # a leaf of the layer itself: "model..A_log"
-             for path, (name, layout) in fla_rules(layer).items()}
+    rules = {path: (name.lstrip("."), layout)  # a leaf of the layer itself: ".A_log"
+             for path, (name, layout) in _layout_rules(layer, lambda path: ".".join(map(str, path))).items()}
     names = {name for name, _ in rules.values()}
     missing, unexpected = names - set(state_dict), set(state_dict) - names
     if missing or unexpected:

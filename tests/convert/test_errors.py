@@ -65,6 +65,19 @@ def test_config_mapping_follows_fla():
     assert config_from_fla({"model_type": "ccq_gla", "ccq": {}}).ccq == get_config("ccq-gla-1.3b").ccq
 
 
+def test_mamba2_config_maps_fla_fields_and_checks_the_derived_heads():
+    fla = {"model_type": "mamba2", "num_heads": 64, "chunk_size": 128, "residual_in_fp32": False, "pad_token_id": 0,
+           "A_init_range": [1, 16], "dt_limit": [0.0, float("inf")], "hidden_act": "silu"}
+    assert config_from_fla(fla) == get_config("mamba2-1.3b")  # fla's defaults are ours; num_heads is not kept
+    assert config_to_fla(get_config("mamba2-1.3b"))["num_heads"] == 64
+    with pytest.raises(ValueError, match=re.escape("num_heads = 32 does not match the other sizes, which give 64")):
+        config_from_fla({**fla, "num_heads": 32})
+    with pytest.raises(ValueError, match="unknown to the mamba2 converter.*'hidden_ratio'"):
+        config_from_fla({**fla, "hidden_ratio": 4})
+    with pytest.raises(ValueError, match=re.escape("'ccq' (a CCQ model has model_type 'ccq_mamba2')")):
+        config_from_fla({**fla, "ccq": {}})
+
+
 def test_what_fla_cannot_express_is_refused():
     with pytest.raises(ValueError, match="fla has no model for TransformerConfig"):
         config_to_fla(get_config("transformer-tiny"))

@@ -16,6 +16,9 @@ MODELS = {
     "ccq-gla": ("ccq-gla-tiny", dict(use_output_gate=False, tie_word_embeddings=True)),
     "ccq-gdn": ("ccq-gdn-tiny", dict(num_v_heads=4, allow_neg_eigval=True, ccq={"mode": "fixed"})),
     "kda": ("kda-tiny", dict(num_v_heads=4, allow_neg_eigval=True, safe_gate=True, lower_bound=-5.0)),
+    "mamba2": ("mamba2-tiny", dict(n_groups=2, D_has_hdim=True, use_bias=True, dt_limit=(0.0, 0.5))),
+    "ccq-mamba2": ("ccq-mamba2-tiny", dict(dtype="bfloat16", param_dtype="bfloat16", tie_word_embeddings=True,
+                                          use_conv_bias=False, rmsnorm=False)),
 }
 
 

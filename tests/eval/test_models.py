@@ -60,6 +60,9 @@ def test_layers_record_their_keys_only_inside_capture():
     with pytest.raises(ValueError, match=r"model: only linear-attention layers record their keys; this is a "
                                          r"'transformer' model"):
         ModelRunner(build("transformer-tiny", dict(num_hidden_layers=1))).keys([[1, 2]])
+    with pytest.raises(ValueError, match=r"model: only linear-attention layers record their keys; this 'gdn' "
+                                         r"hybrid has softmax attention on layers \[3\]"):
+        ModelRunner(build("gdn-hybrid-tiny")).keys([[1, 2]])
 
 
 def test_text_tokenizer_and_buckets():

@@ -24,11 +24,12 @@ def rmsnorm(x, w, eps):
     return x / np.sqrt(np.mean(x * x, -1, keepdims=True) + eps) * w
 
 
-def short_conv(x, kernel, segment_ids):
-    """Causal depthwise conv (torch Conv1d with W-1 left padding), zero taps across documents, then SiLU."""
+def short_conv(x, kernel, segment_ids, bias=None):
+    """Causal depthwise conv (torch Conv1d with W-1 left padding, `bias` [C] or none), zero taps across documents,
+    then SiLU."""
     b, t, c = x.shape
     w = kernel.shape[0]
-    y = np.zeros_like(x)
+    y = np.zeros_like(x) + (0 if bias is None else bias)
     for bi in range(b):
         start = 0
         for ti in range(t):

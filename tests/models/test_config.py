@@ -6,7 +6,8 @@ import json
 import pytest
 
 from ccq_jax.models import (
-    PRESETS, CCQConfig, GatedDeltaNetConfig, GLAConfig, KernelPolicy, TransformerConfig, config_from_dict, get_config,
+    PRESETS, CCQConfig, GatedDeltaNetConfig, GLAConfig, KernelPolicy, Mamba2Config, TransformerConfig, config_from_dict,
+    get_config,
 )
 from ccq_jax.models.config import saved_overrides
 from ccq_jax.ops import OpsAxes
@@ -19,6 +20,7 @@ def test_preset_names():
     expected |= {f"{ccq}{f}-hybrid-tiny" for f in ("gla", "gdn") for ccq in ("", "ccq-")}
     expected |= {"gdn-hybrid-1.3b", "ccq-gdn-hybrid-1.3b"}
     expected |= {f"{ccq}{f}-{s}" for f in ("kda", "gdn2") for ccq in ("", "ccq-") for s in ("tiny", "1.3b")}
+    expected |= {f"{ccq}mamba2-{s}" for ccq in ("", "ccq-") for s in ("tiny", "1.3b", "hybrid-tiny")}
     assert set(PRESETS) == expected
     assert all(get_config(name).ccq is not None for name in PRESETS if name.startswith("ccq-"))
 
@@ -27,6 +29,7 @@ def test_1_3b_presets_are_fla_defaults():
     assert get_config("gla-1.3b") == GLAConfig()
     assert get_config("gdn-1.3b") == GatedDeltaNetConfig()
     assert get_config("transformer-1.3b") == TransformerConfig()
+    assert get_config("mamba2-1.3b") == Mamba2Config()
     gla, gdn = GLAConfig(), GatedDeltaNetConfig()
     assert (gla.hidden_size, gla.num_hidden_layers, gla.num_heads, gla.expand_k, gla.expand_v) == (2048, 24, 4, 0.5, 1)
     assert (gdn.num_hidden_layers, gdn.num_heads, gdn.head_dim, gdn.expand_v) == (21, 6, 256, 2)
@@ -119,7 +122,7 @@ def test_overrides():
 def test_dict_round_trip(name):
     cfg = get_config(name)
     assert config_from_dict(cfg.to_dict()) == cfg
-    expected = r"family: unknown value 'rnn'; expected one of \('transformer', 'gla', 'gdn', 'kda', 'gdn2'\)"
+    expected = r"family: unknown value 'rnn'; expected one of \('transformer', 'gla', 'gdn', 'mamba2', 'kda', 'gdn2'\)"
     with pytest.raises(ValueError, match=expected):
         config_from_dict({**cfg.to_dict(), "family": "rnn"})
 

@@ -8,6 +8,7 @@ them once. The same checks at full size run on a GPU in test_gpu.py.
 """
 
 import jax.numpy as jnp
+import numpy as np
 import pytest
 
 import ccq_jax.ops as ops
@@ -60,3 +61,19 @@ def test_gated_delta_rule_chunk_limit_on_a_gpu(name):
                                          r"to 64 on a GPU \(larger chunks need more shared memory than an "
                                          r"H100/H200 block has\), got 128"):
         getattr(ops, name)(*(x[n] for n in OPS[name]), impl="pallas", chunk_size=128, interpret=False)
+
+
+@pytest.mark.parametrize("impl", ["chunk", "pallas"])
+@pytest.mark.parametrize("names", [["gla", "ccq_gla"], ["gated_delta_rule"]])
+def test_infinite_and_huge_log_gates(impl, names):
+    """g = -inf over a whole 16-token sub-block and -1e4 at other tokens, later tokens in the same chunk: the XLA
+    chunked form once summed 0 * -inf across sub-blocks (NaN) and the kernels differenced -inf cumsums (NaN) or
+    lost precision in cumsums of -1e4 (relative error 5e-3); the kernels now see gates `floored` at -100."""
+    x = inputs(34, t=70)
+    for key in ("g", "g_head"):
+        x[key] = x[key].copy()
+        x[key][0, 16:32] = -np.inf
+        x[key][0, 40:43] = -1e4
+        x[key][1, 50] = -np.inf
+    for name in names:
+        check_op(name, x, 32, impl=impl)

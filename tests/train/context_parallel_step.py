@@ -1,12 +1,17 @@
 """The training loss and its gradients with each sequence split over the mesh's `context` axis, against one device:
 GLA with CCQ and short convolutions (grouped keys; the loss formed 8 positions at a time), Gated DeltaNet with CCQ
-(its short convolutions), and the Transformer (XLA partitions its attention), with packed documents: in row 0 a document covers tokens 5-27 of 32, so
-with context = 4 (8 tokens a device) it spans four shards; in row 1 one starts at token 16, a shard boundary. Prints
-one row per (model, mesh): the loss's relative difference, the worst relative RMS over the gradient leaves, and the
-all-gathers in the compiled program. Then a prefill of the linear models that continues from a cache (states,
-statistics and convolution tails of an earlier prompt), under a (data 2, context 4) mesh against one device: one
-row each, the worst relative RMS over the logits and the new cache. Run by tests/train/test_context_parallel.py
-with 8 fake CPU devices.
+(its short convolutions), the Transformer, and two hybrids (`tests.builders.HYBRID_CASES`' attention layers): GLA
+with every attention option (a 5-token window, partial RoPE, an output gate and biases on layer 1; multi-query
+attention without RoPE on layer 3, whose one key/value head no tensor axis splits) and Gated DeltaNet with its
+preset's 8-token window on layer 3, both with short convolutions. Packed documents: in row 0 a document covers
+tokens 5-27 of 32, so with context = 4 (8 tokens a device) it spans four shards; in row 1 one starts at token 16, a
+shard boundary. Prints one row per (model, mesh): the loss's relative difference, the worst relative RMS over the
+gradient leaves, the all-gathers in the compiled program, those of floating-point arrays, and the model's
+softmax-attention layers. Then a prefill of the linear models and the hybrids that continues from a cache
+(states, statistics, convolution tails and KV caches of an earlier prompt), under a (data 2, context 4) mesh
+against one device: one row each, the worst relative RMS over the logits and the new cache. Last the forward of the
+Transformer and the GLA hybrid without segment ids, split the same way: a row each, the logits' relative RMS. Run
+by tests/train/test_context_parallel.py with 8 fake CPU devices.
 
     python -m tests.train.context_parallel_step chunk
 """
@@ -20,11 +25,14 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from ccq_jax.inference import init_cache, prefill
-from tests.builders import build, rel_rms
+from ccq_jax.layers import Attention
+from tests.builders import HYBRID_CASES, build, rel_rms
 from train.sharding import BATCH_AXES, OPS_AXES, MeshConfig, make_mesh
 from train.step import lm_loss, split_model
 
-MODELS = ("ccq-gla", "ccq-gdn", "transformer")
+MODELS = ("ccq-gla", "ccq-gdn", "transformer", "gla-hybrid", "gdn-hybrid")
+LOSS_CHUNKS = (8, 0, 0, 8, 0)  # the loss over slices of 8 positions (a device's slices each) for the GLA models
+RECURRENT = ("ccq-gla", "ccq-gdn", "gla-hybrid", "gdn-hybrid")  # the models with a recurrent cache to prefill
 MESHES = ({"data": 2, "context": 4}, {"data": 2, "context": 2, "tensor": 2})
 B, T = 4, 32
 
@@ -47,13 +55,17 @@ def model(name, impl):
         overrides.update({"kernel.impl": impl, "kernel.chunk_size": 16 if impl == "pallas" else 4, "use_short_conv": True})
     if name == "ccq-gla":
         overrides.update(num_kv_heads=2)
+    if name == "gla-hybrid":
+        overrides.update(attn=HYBRID_CASES["ccq-gla-hybrid-options"][1]["attn"])
     return build(f"{name}-tiny", overrides)
 
 
 def main(impl):
     data = batch()
-    for name, chunk in zip(MODELS, (8, 0, 0)):  # GLA's loss over slices of 8 positions, a device's slices each
-        graphdef, params, others = split_model(model(name, impl))
+    for name, chunk in zip(MODELS, LOSS_CHUNKS):
+        lm = model(name, impl)
+        attention = sum(isinstance(layer.attn, Attention) for layer in lm.layers)
+        graphdef, params, others = split_model(lm)
         loss = jax.value_and_grad(lambda p, b: lm_loss(graphdef, p, others, b, chunk)[0])
         want_loss, want = jax.jit(loss)(params, data)
         for shape in MESHES:
@@ -68,17 +80,18 @@ def main(impl):
             compiled = jax.jit(on_mesh).lower(*placed).compile()
             got_loss, got = compiled(*placed)
             worst = max(rel_rms(g, w) for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want)))
-            gathers = compiled.as_text().count(" all-gather(")
+            gathered = [line.split("= ")[1] for line in compiled.as_text().splitlines() if " all-gather(" in line]
+            floats = sum(g.startswith(("f32", "bf16", "f16")) for g in gathered)
             print(name, impl, "x".join(f"{k}{v}" for k, v in shape.items()),
-                  f"loss {abs(float(got_loss) / float(want_loss) - 1):.2e} grads {worst:.2e} all-gathers {gathers}",
-                  flush=True)
+                  f"loss {abs(float(got_loss) / float(want_loss) - 1):.2e} grads {worst:.2e} all-gathers "
+                  f"{len(gathered)} floats {floats} attention {attention}", flush=True)
 
 
 def prefill_check(impl):
     """Two prompts of 32 tokens on one device; the second again with each row split over 4 devices."""
     data = batch()
     mesh = make_mesh(MeshConfig(data=2, context=4))
-    for name in MODELS[:2]:
+    for name in RECURRENT:
         lm = model(name, impl)
         _, cache = prefill(lm, data["input_ids"], init_cache(lm, B, 2 * T))
         second = jnp.flip(data["input_ids"], axis=1)
@@ -90,6 +103,20 @@ def prefill_check(impl):
         print(name, impl, "prefill", f"{worst:.2e}", flush=True)
 
 
+def unsegmented_check(impl):
+    """The forward without segment ids (one document a row) of a model with attention layers, each row split over 4
+    devices, against one device: the worst relative RMS over the logits."""
+    data = batch()
+    mesh = make_mesh(MeshConfig(data=2, context=4))
+    for name in ("transformer", "gla-hybrid"):
+        lm = model(name, impl)
+        want = lm(data["input_ids"])
+        with jax.set_mesh(mesh):
+            got = lm(jax.device_put(data["input_ids"], NamedSharding(mesh, P(BATCH_AXES, "context"))))
+        print(name, impl, "forward", f"{rel_rms(got, want):.2e}", flush=True)
+
+
 if __name__ == "__main__":
     main(sys.argv[1])
     prefill_check(sys.argv[1])
+    unsegmented_check(sys.argv[1])

@@ -1,8 +1,9 @@
 """Training with sequences split over the mesh's `context` axis: the loss and every gradient equal one device's
-(tests/train/context_parallel_step.py, 8 fake CPU devices in a process of its own), and the linear-attention
-models' compiled steps all-gather nothing (only the shards' summaries and the convolutions' halos move, by
-collective permutes); a prefill from a cache, split the same way, equals one device's; a config whose context
-axis does not divide the sequence is refused by name."""
+(tests/train/context_parallel_step.py, 8 fake CPU devices in a process of its own), for the linear models, the
+Transformer and hybrids; the linear-attention models' compiled steps all-gather nothing (only the shards' summaries
+and the convolutions' halos move, by collective permutes), and those with softmax attention only the keys and
+values of each attention layer and the segment ids; a prefill from a cache, and a forward without segment ids,
+split the same way, equal one device's; a config whose context axis does not divide the sequence is refused by name."""
 
 import os
 import subprocess
@@ -24,13 +25,14 @@ def test_context_split_loss_gradients_and_prefill_equal_one_device():
                          capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, (out.stdout + out.stderr)[-3000:]
     rows = [line.split() for line in out.stdout.strip().splitlines()]
-    assert len(rows) == 6 + 2, out.stdout  # three models on two meshes, two prefills
-    for name, _, _, error in rows[6:]:
-        assert float(error) < 1e-5, (name, error)  # logits and the new cache, fp32 round-off
-    for name, _, mesh, _, loss, _, grads, _, gathers in rows[:6]:
+    assert len(rows) == 10 + 4 + 2, out.stdout  # five models on two meshes, four prefills, two forwards
+    for name, _, _, error in rows[10:]:
+        assert float(error) < 1e-5, (name, error)  # logits (and the new cache), fp32 round-off
+    for name, _, mesh, _, loss, _, grads, _, gathers, _, floats, _, attention in rows[:10]:
         assert float(loss) < 1e-6 and float(grads) < FP32_TOL, (name, mesh, loss, grads)  # fp32 round-off
-        if name != "transformer" and "tensor" not in mesh:
-            assert gathers == "0", (name, mesh, gathers)
+        if "tensor" not in mesh:  # keys and values of each attention layer, the segment ids once (if any layer)
+            assert int(floats) == 2 * int(attention) and int(gathers) - int(floats) == min(int(attention), 1), (
+                name, mesh, gathers, floats, attention)
 
 
 def test_a_context_axis_that_does_not_divide_the_sequence_is_refused_by_name():

@@ -1,22 +1,20 @@
 """GLA on the Triton kernels: the chunked linear attention of `pallas.triton_linear` with per-channel gates (one
 token: the step kernel, `pallas.step`)."""
 
-import jax.numpy as jnp
 
 from ..dispatch import triton_support
 from ..pallas import step
-from ..pallas.layout import Launch, backbone_inputs, check_chunk, layout, pad
+from ..pallas.layout import Launch, backbone_inputs, check_chunk, floored, layout, pad
 from ..pallas.triton_linear import linear_attention
 from . import reference
 
-f32 = jnp.float32
 supports = triton_support
 
 
 def padded_inputs(q, k, v, g, initial_state, chunk_size, run):
-    """(`Padded` inputs, padded g fp32) of GLA on the kernels."""
+    """(`Padded` inputs, padded g fp32, `floored`) of GLA on the kernels."""
     inputs = backbone_inputs(q, k, v, initial_state, chunk_size, run.interpret)
-    return inputs, pad(g.astype(f32), inputs.length, inputs.key_width)
+    return inputs, pad(floored(g), inputs.length, inputs.key_width)
 
 
 def gla(q, k, v, g, *, scale, initial_state, docs, interpret, config, chunk_size=64):

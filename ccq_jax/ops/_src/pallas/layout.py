@@ -17,6 +17,7 @@ from ..xla.chunking import doc_masks
 from ..xla.numerics import vary_like
 
 f32 = jnp.float32
+GATE_FLOOR = -100.0  # the lowest log gate a kernel sees (`floored`)
 
 
 class Launch(NamedTuple):
@@ -79,9 +80,16 @@ def per_chunk(x, chunk):
     return x.reshape(x.shape[0], -1, chunk, *x.shape[2:])
 
 
+def floored(g):
+    """The log gates as the kernels take them: fp32, at least `GATE_FLOOR`. The kernels decay by differences of
+    in-chunk cumsums, which -inf turns into NaN (-inf - -inf) and very negative gates into lost precision (the
+    cumsums' rounding grows with their size); exp(GATE_FLOOR) = 3.7e-44 is a decay of 0 to fp32 all the same."""
+    return jnp.maximum(g.astype(f32), GATE_FLOOR)
+
+
 def chunk_cumsum(g, chunk):
-    """Inclusive cumsum of the log gates inside each chunk, fp32 ([B, Tp, H, *])."""
-    return jnp.cumsum(per_chunk(g.astype(f32), chunk), axis=2).reshape(g.shape)
+    """Inclusive cumsum of the (`floored`) log gates inside each chunk, fp32 ([B, Tp, H, *])."""
+    return jnp.cumsum(per_chunk(floored(g), chunk), axis=2).reshape(g.shape)
 
 
 def recompute_from(residuals):

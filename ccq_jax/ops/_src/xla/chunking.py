@@ -113,7 +113,9 @@ def intra_scores(q, k, g, dtype):
     scores = diag[..., :, :, None, :] * jnp.eye(s, dtype=f)[:, None, :, None]  # [..., S, c, S, c]
     scores = scores.reshape(*scores.shape[:-2], chunk)  # [..., S, c, C]
     if s > 1:
-        totals = jnp.sum(gs, axis=-2)  # [..., S, K]
+        # a sub-block's total gate, clamped to the lowest finite value: a whole sub-block of g = -inf would
+        # otherwise turn the 0 * total terms of `between` into NaN (the decay across it is exp(-huge) = 0 all the same)
+        totals = jnp.maximum(jnp.sum(gs, axis=-2), jnp.finfo(f).min)  # [..., S, K]
         blocks = jnp.arange(s)
         strictly_between = (blocks[None, None, :] > blocks[None, :, None]) & (blocks[None, None, :] < blocks[:, None, None])
         between = jnp.einsum("abm,...mk->...abk", strictly_between.astype(f), totals, precision=HIGHEST)  # [..., S, S, K]
