@@ -6,7 +6,7 @@ here, never from another test module or a conftest).
               float64_ground_truth
   kernels     KERNEL_OPS, kernel_inputs, check_op (impl="pallas" against the float64 recurrence), tolerances
   layers      layer_inputs, randomize, layer_params, call, SEGMENTS
-  models      MODEL_CASES, HYBRID_CASES, build, token_ids, forward
+  models      MODEL_CASES, HYBRID_CASES, build, token_ids, forward, prefill_then_decode
   conversion  FIXTURES, GOLDENS, random_model, flat_params, assert_same_params
   sharding    shard_map_check (tests/ops/shard_map_check.py in a process of its own)
 """
@@ -25,6 +25,7 @@ from flax import nnx
 
 import ccq_jax.ops as ops
 from ccq_jax import layers
+from ccq_jax.inference import decode_step, init_cache, prefill
 from ccq_jax.models import CausalLM, abstract_model, get_config
 from ccq_jax.models.files import read_safetensors
 from ccq_jax.models.state_dict import load_layer
@@ -289,6 +290,18 @@ def token_ids(shape, seed=0, vocab=256):
 @nnx.jit
 def forward(model, input_ids, segment_ids=None):
     return model(input_ids, segment_ids)
+
+
+def prefill_then_decode(model, input_ids, segment_ids, prompt):
+    """Logits [B, T, E] of a prefill of the first `prompt` tokens, then one decode step per token after them: what
+    `forward(model, input_ids, segment_ids)` gives (the decoded tokens continue each row's last segment)."""
+    cache = init_cache(model, *input_ids.shape)
+    logits, cache = prefill(model, input_ids[:, :prompt], cache, segment_ids=segment_ids[:, :prompt])
+    steps = [logits]
+    for t in range(prompt, input_ids.shape[1]):
+        step_logits, cache = decode_step(model, input_ids[:, t], cache)
+        steps.append(step_logits[:, None])
+    return jnp.concatenate(steps, axis=1)
 
 
 # ---- conversion: the golden folders, presets with random parameters --------------------------------------------

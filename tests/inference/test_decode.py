@@ -4,8 +4,8 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from ccq_jax.inference import cache_nbytes, decode_step, init_cache, prefill
-from tests.builders import build, forward, MODEL_CASES as CASES, rel_rms, token_ids
+from ccq_jax.inference import cache_nbytes, decode_step, init_cache
+from tests.builders import build, forward, MODEL_CASES as CASES, prefill_then_decode, rel_rms, token_ids
 
 T, PROMPT = 18, 11
 
@@ -28,13 +28,7 @@ def test_prefill_then_decode_reproduces_the_full_forward(case, impls):
     ids = token_ids((3, T), seed=5)
     segments = jnp.asarray([[0] * 4 + [1] * (T - 4), [3] * T, [0] * T], jnp.int32)
     full = forward(model, ids, segments)
-    cache = init_cache(model, 3, T)
-    logits, cache = prefill(model, ids[:, :PROMPT], cache, segment_ids=segments[:, :PROMPT])
-    steps = [logits]
-    for t in range(PROMPT, T):
-        step_logits, cache = decode_step(model, ids[:, t], cache)
-        steps.append(step_logits[:, None])
-    assert rel_rms(jnp.concatenate(steps, axis=1), full) < 1e-5  # measured ~4e-7
+    assert rel_rms(prefill_then_decode(model, ids, segments, PROMPT), full) < 1e-5  # measured ~4e-7
 
 
 @pytest.mark.parametrize("case", list(CASES))

@@ -8,8 +8,8 @@ import optax
 import pytest
 from flax import nnx
 
-from ccq_jax.inference import decode_step, generate, init_cache, prefill, split_model
-from tests.builders import build, CHUNK_4, forward, INIT, rel_rms, token_ids
+from ccq_jax.inference import generate, split_model
+from tests.builders import build, CHUNK_4, forward, INIT, prefill_then_decode, rel_rms, token_ids
 
 # every preset; GVA (value heads 2x the query/key heads) on the CCQ ones, KDA's bounded gate on one
 CASES = {
@@ -50,12 +50,7 @@ def test_prefill_then_decode_reproduces_the_full_forward(case):
     segments = jnp.asarray([[0] * 4 + [1] * (T - 4), [3] * T, [0] * T], jnp.int32)
     full = forward(model, ids, segments)
     assert rel_rms(full[0, :4], full[1, :4]) < 1e-5
-    logits, cache = prefill(model, ids[:, :PROMPT], init_cache(model, 3, T), segment_ids=segments[:, :PROMPT])
-    steps = [logits]
-    for t in range(PROMPT, T):
-        step_logits, cache = decode_step(model, ids[:, t], cache)
-        steps.append(step_logits[:, None])
-    assert rel_rms(jnp.concatenate(steps, axis=1), full) < 1e-5
+    assert rel_rms(prefill_then_decode(model, ids, segments, PROMPT), full) < 1e-5
 
 
 @pytest.mark.parametrize("case", ["kda", "ccq-gdn2"])

@@ -9,12 +9,12 @@ import pytest
 from flax import nnx
 
 from ccq_jax.convert import config_to_fla
-from ccq_jax.inference import cache_bytes_per_sequence, decode_step, generate, init_cache, prefill
+from ccq_jax.inference import cache_bytes_per_sequence, generate
 from ccq_jax.layers import Attention, GatedDeltaNet, GatedLinearAttention
 from ccq_jax.models import HybridAttention, config_from_dict, get_config, layer_mixers
 from ccq_jax.models.causal_lm import scan_plan
 from ccq_jax.models.flops import attention_forward_flops, mixer_forward_flops, train_flops_per_token
-from tests.builders import FP32_TOL, HYBRID_CASES as CASES, build, forward, rel_rms, token_ids
+from tests.builders import FP32_TOL, HYBRID_CASES as CASES, build, forward, prefill_then_decode, rel_rms, token_ids
 from tests.train.tiny_run import tiny_config
 from train.loop import train
 from train.metrics import read_metrics
@@ -130,12 +130,7 @@ def test_prefill_then_decode_reproduces_the_full_forward(case):
     ids = token_ids((3, T), seed=5)
     segments = jnp.asarray([[0] * 4 + [1] * (T - 4), [3] * T, [0] * T], jnp.int32)
     full = forward(model, ids, segments)
-    logits, cache = prefill(model, ids[:, :PROMPT], init_cache(model, 3, T), segment_ids=segments[:, :PROMPT])
-    steps = [logits]
-    for t in range(PROMPT, T):
-        step_logits, cache = decode_step(model, ids[:, t], cache)
-        steps.append(step_logits[:, None])
-    assert rel_rms(jnp.concatenate(steps, axis=1), full) < 1e-5
+    assert rel_rms(prefill_then_decode(model, ids, segments, PROMPT), full) < 1e-5
 
 
 @pytest.mark.parametrize("case", ["gla-hybrid", "ccq-gdn-hybrid"])

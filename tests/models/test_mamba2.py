@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from ccq_jax.inference import decode_step, generate, init_cache, prefill
+from ccq_jax.inference import generate
 from ccq_jax.layers import Attention, Mamba2
 from ccq_jax.models import Mamba2Config, config_from_dict, count_params, get_config
 from ccq_jax.models.flops import mixer_forward_flops
 from ccq_jax.models.state_dict import fla_rules
-from tests.builders import build, forward, rel_rms, token_ids
+from tests.builders import build, forward, prefill_then_decode, rel_rms, token_ids
 
 T, PROMPT = 18, 11
 SMALL = dict(initializer_range=0.1, n_groups=2, **{"kernel.chunk_size": 4})
@@ -83,13 +83,7 @@ def test_prefill_then_decode_reproduces_the_full_forward(case):
     ids = token_ids((2, T), seed=5)
     segments = jnp.asarray([[0] * 4 + [1] * (T - 4), [3] * T], jnp.int32)
     full = forward(model, ids, segments)
-    cache = init_cache(model, 2, T)
-    logits, cache = prefill(model, ids[:, :PROMPT], cache, segment_ids=segments[:, :PROMPT])
-    steps = [logits]
-    for t in range(PROMPT, T):
-        step_logits, cache = decode_step(model, ids[:, t], cache)
-        steps.append(step_logits[:, None])
-    assert rel_rms(jnp.concatenate(steps, axis=1), full) < 1e-5
+    assert rel_rms(prefill_then_decode(model, ids, segments, PROMPT), full) < 1e-5
 
 
 def test_generate_with_per_row_prompt_lengths_matches_the_forward():
