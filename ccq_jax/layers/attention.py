@@ -3,8 +3,10 @@
 q, k, v projections (`qkv_bias`: with biases, as fla's option; `num_kv_heads < num_heads`:
 grouped-query attention), rotary embeddings (GPT-NeoX half rotation, `rope_theta`) on the first
 `rotary_dim` channels of each head (None: all of them, as fla; fewer: partial RoPE as Qwen3-Next's
-`partial_rotary_factor`, the rest passing unrotated; 0: NoPE), `jax.nn.dot_product_attention` (cuDNN
-flash attention on GPUs when `sdpa_impl="cudnn"`, XLA's reference form with "xla"), an optional
+`partial_rotary_factor`, the rest passing unrotated; 0: NoPE), `ccq_jax.ops.attention` (`sdpa_impl`:
+`jax.nn.dot_product_attention` with cuDNN flash attention on GPUs for "cudnn", XLA's reference form for "xla", JAX's
+choice for None; JAX's Pallas splash attention on TPUs for "splash", interpreted on a CPU unless `interpret=False`
+lowers it for a TPU, a ValueError on a GPU), an optional
 output gate (`output_gate`: o * sigmoid(g_proj(x)) per channel before `o_proj`, Qwen3-Next's gated
 attention with the gate as its own projection `g_proj`), `o_proj`. `window_size` W (None: full
 attention) makes each token attend to itself and the W - 1 tokens before it (fla's, i.e. flash-attn's
@@ -15,7 +17,9 @@ With a `KVCache` the first document of the call continues the cached one (its po
 from `cache.position`). Full attention writes the new keys and values at slot `cache.index` and the
 queries attend over every filled slot of their document. A windowed layer's cache holds only the
 last min(W, max_length) tokens, as a ring (token t in slot t mod S): the queries attend over those
-slots and the call's own keys, and the call's last tokens then overwrite the oldest slots.
+slots and the call's own keys, and the call's last tokens then overwrite the oldest slots. These cache paths
+attend with an explicit mask of the slots, which splash attention does not take: with `sdpa_impl="splash"` they
+run `jax.nn.dot_product_attention` with JAX's choice of implementation (XLA on a TPU), as decoding does anyway.
 
 Under a mesh that splits sequences over the `context` axis of its `axes` (`ccq_jax.ops.OpsAxes`, the model's
 `KernelPolicy.axes`, as the linear layers' ops and short convolutions learn it; `ccq_jax.ops.sharding`), a call
@@ -24,7 +28,8 @@ the devices all-gather the segment ids (each computes the documents and their po
 rotate their own queries and keys at those global, document-relative positions, and all-gather the keys and
 values; each device's queries then attend over the whole sequence with the mask of their global positions
 (causal, within the document, within the window). The gradients of the gathered keys and values come back by the
-all-gather's transpose, a reduce-scatter.
+all-gather's transpose, a reduce-scatter. The mask of those global positions depends on the device's index, so
+this path too runs JAX's choice of implementation under `sdpa_impl="splash"`.
 """
 
 import jax
@@ -36,7 +41,7 @@ from ccq_jax import checks as check
 from ccq_jax.layers.cache import KVCache
 from ccq_jax.layers.params import linear
 from ccq_jax.layers.shapes import split_heads
-from ccq_jax.ops import OpsAxes, doc_ids, sharding
+from ccq_jax.ops import SDPA_IMPLS, OpsAxes, attention, doc_ids, sharding
 
 
 def attention_head_dim(hidden_size, num_heads, num_kv_heads=None, rotary_dim=None, *, prefix="") -> int:
@@ -95,8 +100,13 @@ class Attention(nnx.Module):
                  rope_theta: float = 10000.0, sdpa_impl: str | None = None, qkv_bias: bool = False,
                  window_size: int | None = None, rotary_dim: int | None = None, output_gate: bool = False,
                  initializer_range: float = 0.02, dtype=None, param_dtype=jnp.float32, rngs: nnx.Rngs,
-                 axes: OpsAxes = OpsAxes()):
+                 axes: OpsAxes = OpsAxes(), interpret: bool | None = None):
         self.axes = axes  # the mesh axes it splits over (see the module docstring)
+        if sdpa_impl not in SDPA_IMPLS:
+            raise ValueError(f"sdpa_impl: expected one of {list(SDPA_IMPLS)}, got {sdpa_impl!r}")
+        if interpret is not None and not isinstance(interpret, bool):
+            raise ValueError(f"interpret: expected None, True or False, got {interpret!r}")
+        self.interpret = interpret  # splash attention's (the kernel policy's `interpret`); no other impl runs one
         self.head_dim = attention_head_dim(hidden_size, num_heads, num_kv_heads, rotary_dim)
         check.integer("window_size", window_size, minimum=1, optional=True)
         for name, flag in (("qkv_bias", qkv_bias), ("output_gate", output_gate)):
@@ -125,10 +135,10 @@ class Attention(nnx.Module):
         return KVCache(kv, kv, jnp.full((batch_size, slots), -1, jnp.int32), jnp.zeros((), jnp.int32),
                        zeros, zeros)
 
-    def _attend(self, q, k, v, mask=None, window=None):
-        return jax.nn.dot_product_attention(q, k.astype(q.dtype), v.astype(q.dtype), mask=mask,
-                                            is_causal=mask is None, local_window_size=window,
-                                            implementation=self.sdpa_impl)
+    def _attend(self, q, k, v, mask):
+        """Attention with an explicit mask [B, 1, Tq, Tk] (the cache and context-parallel paths): splash attention
+        takes none, so under sdpa_impl="splash" JAX chooses (see the module docstring)."""
+        return attention(q, k, v, mask=mask, impl=None if self.sdpa_impl == "splash" else self.sdpa_impl)
 
     def __call__(self, x: jax.Array, *, segment_ids: jax.Array | None = None, cache: KVCache | None = None):
         """x: [B, T, D] -> (y [B, T, D], updated cache or None when `cache` is None)."""
@@ -145,10 +155,9 @@ class Attention(nnx.Module):
         q, k = (rotary(a, positions, self.rope_theta, self.rotary_dim) for a in (q, k))
         new_cache = None
         if cache is None:
-            mask = None
-            if segment_ids is not None:
-                mask = (jnp.tril(jnp.ones((t, t), bool)) & (docs[:, :, None] == docs[:, None, :]))[:, None]
-            o = self._attend(q, k, v, mask, None if self.window_size is None else (self.window_size - 1, 0))
+            splash = self.sdpa_impl == "splash"
+            o = attention(q, k, v, segment_ids=segment_ids, window=self.window_size, impl=self.sdpa_impl,
+                          interpret=self.interpret if splash else None, axes=self.axes if splash else None)
         elif self.window_size is None:
             o, new_cache = self._attend_cached(q, k, v, docs, cache)
         else:

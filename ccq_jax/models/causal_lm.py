@@ -32,7 +32,8 @@ from ccq_jax.models.pretrained import read_pretrained, save_pretrained
 def _mixer(cfg: ModelConfig, rngs: nnx.Rngs, index: int) -> nnx.Module:
     common = dict(initializer_range=cfg.initializer_range, dtype=cfg.compute_dtype, param_dtype=cfg.params_dtype,
                   rngs=rngs)
-    attention = dict(common, sdpa_impl=cfg.sdpa_impl, axes=cfg.kernel.axes)  # split over the ops' mesh axes
+    attention = dict(common, sdpa_impl=cfg.sdpa_impl, axes=cfg.kernel.axes,  # split over the ops' mesh axes
+                     interpret=cfg.kernel.interpret)
     if isinstance(cfg, TransformerConfig):
         return Attention(cfg.hidden_size, num_heads=cfg.num_heads, num_kv_heads=cfg.num_kv_heads,
                          rope_theta=cfg.rope_theta, **attention)

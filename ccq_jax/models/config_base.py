@@ -119,7 +119,7 @@ class LinearAttentionConfig(ModelConfig):
     use_short_conv: bool = False
     conv_size: int = 4
     attn: tuple[HybridAttention, ...] | None = None
-    sdpa_impl: Literal["xla", "cudnn"] | None = None
+    sdpa_impl: Literal["xla", "cudnn", "splash"] | None = None
 
     def __post_init__(self):
         super().__post_init__()

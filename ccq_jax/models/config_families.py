@@ -24,7 +24,7 @@ class TransformerConfig(ModelConfig):
     num_heads: int = 32
     num_kv_heads: int | None = None
     rope_theta: float = 10000.0
-    sdpa_impl: Literal["xla", "cudnn"] | None = None
+    sdpa_impl: Literal["xla", "cudnn", "splash"] | None = None
 
     def __post_init__(self):
         super().__post_init__()

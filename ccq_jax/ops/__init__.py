@@ -29,6 +29,9 @@ first-order read (the default), a Neumann series or conjugate gradient on (I + l
 forms run every policy, the kernels the first-order read. `covariance_apply` is the product Sigma_t x_t itself.
 Range checks on values (g <= 0, beta, lam, counts) run on eager calls and are skipped under `jax.jit`;
 `checked(fn)` runs them inside jit too, as `jax.experimental.checkify` checks (`_src/xla/checking.py`).
+`attention(q, k, v, segment_ids=, window=, impl=)` is causal softmax attention (GQA, sliding window, documents)
+for the attention layers: `jax.nn.dot_product_attention` (impl None, "xla", "cudnn") or JAX's Pallas TPU splash
+attention (impl "splash"; `SDPA_IMPLS`).
 `doc_ids` turns segment ids into the monotone document index the forms use; `l2_normalize` is fla's
 key normalisation (the gated delta rule's `use_qk_l2norm`); `ccq_keys` the fp32 (normalised) keys the
 CCQ statistics are built from. Each op's package under `ccq_jax.ops._src` (private) holds its API, reference
@@ -38,6 +41,7 @@ few internals the rest of the repository uses.
 
 from pallas_kernels.tiles import KernelConfig
 
+from ._src.attention.api import SDPA_IMPLS, attention
 from ._src.ccq_gated_delta_rule.api import ccq_gated_delta_rule
 from ._src.ccq_generalized_delta_rule.api import ccq_gated_delta_rule_2, ccq_generalized_delta_rule, ccq_kda, ccq_qed
 from ._src.ccq_gla.api import ccq_gla
@@ -53,6 +57,7 @@ from ._src.xla.types import READS, CCQStats, ReadPolicy
 from .sharding import OpsAxes
 
 __all__ = ["CCQStats", "IMPLS", "KERNELS", "KernelConfig", "OpsAxes", "READS", "REFERENCES", "ReadPolicy",
-           "ccq_gated_delta_rule", "ccq_gated_delta_rule_2", "ccq_generalized_delta_rule", "ccq_gla", "ccq_kda",
+           "SDPA_IMPLS", "attention", "ccq_gated_delta_rule", "ccq_gated_delta_rule_2", "ccq_generalized_delta_rule",
+           "ccq_gla", "ccq_kda",
            "ccq_keys", "ccq_qed", "ccq_query", "checked", "covariance_apply", "doc_ids", "gated_delta_rule",
            "gated_delta_rule_2", "generalized_delta_rule", "gla", "kda", "l2_normalize", "qed"]

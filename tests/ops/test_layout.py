@@ -12,7 +12,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 WING = "ccq_jax.ops"
 SRC = f"{WING}._src"
 OPS = ("gla", "gated_delta_rule", "generalized_delta_rule", "ccq_query", "ccq_gla", "ccq_gated_delta_rule",
-       "ccq_generalized_delta_rule", "lm_head")
+       "ccq_generalized_delta_rule", "lm_head", "attention")
 COMPOSES = {"ccq_gla": {"ccq_query", "gla"}, "ccq_gated_delta_rule": {"ccq_query", "gated_delta_rule"},
             "ccq_generalized_delta_rule": {"ccq_query", "generalized_delta_rule"}}
 SHARED = (f"{SRC}.xla", f"{SRC}.pallas", f"{SRC}.dispatch", f"{WING}.sharding")

@@ -5,14 +5,18 @@ JAX_PLATFORMS=cpu; .ci/run does both after the main suite. Each case compiles fo
 (B=4, T=4096, K=256, V=512; GLA H=4, Gated DeltaNet H=6) for a v5e, v5p or v6e device of
 `jax.experimental.topologies` and checks that the kernels are Mosaic custom calls and that the
 program's memory fits the chip's HBM. Compilation reports VMEM
-overflow and misaligned blocks, which interpretation and lowering do not.
+overflow and misaligned blocks, which interpretation and lowering do not. The attention layers' TPU path (JAX's
+splash attention, `sdpa_impl="splash"`) compiles the same way at gdn-hybrid-1.3b's attention shapes.
 """
 
 import jax
 import jax.numpy as jnp
 import pytest
+from flax import nnx
 
 import ccq_jax.ops as ops
+from ccq_jax.layers import Attention
+from ccq_jax.models import get_config
 from train.aot import TPU_HBM_GIB
 
 pytestmark = pytest.mark.tpu_aot
@@ -46,10 +50,38 @@ def test_kernels_compile(chip, name, chunk):
     args = _inputs(name, jax.sharding.SingleDeviceSharding(device))
     loss = lambda *x: jnp.sum(getattr(ops, name)(*x, impl="pallas_mosaic_tpu", chunk_size=chunk, interpret=False)[0]
                               .astype(jnp.float32))
-    step = jax.jit(jax.value_and_grad(loss, argnums=tuple(range(len(args)))))
+    _check_compiles(device, jax.jit(jax.value_and_grad(loss, argnums=tuple(range(len(args))))), args,
+                    KERNEL_CALLS[name])
+
+
+@pytest.mark.parametrize("chip", sorted(TOPOLOGIES))
+@pytest.mark.parametrize("options", [{}, dict(num_kv_heads=4, window_size=1024)])
+def test_splash_attention_layer_compiles(chip, options):
+    """The attention layers' TPU path (sdpa_impl="splash", JAX's Pallas splash attention) at gdn-hybrid-1.3b's
+    attention shapes (hidden 2048, 16 heads of 128; B=4, T=4096, bf16), forward and backward: full attention, and
+    packed documents with a sliding window and grouped-query attention; three kernels (forward, dkv, dq)."""
+    device = _device(chip)
+    cfg = get_config("gdn-hybrid-1.3b")
+    (spec,) = cfg.attn
+    layer = nnx.eval_shape(lambda: Attention(cfg.hidden_size, num_heads=spec.num_heads, sdpa_impl="splash",
+                                             interpret=False, dtype=jnp.bfloat16, rngs=nnx.Rngs(0), **options))
+    graph, params = nnx.split(layer)
+    on = jax.sharding.SingleDeviceSharding(device)
+    params = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=on), params)
+    x = jax.ShapeDtypeStruct((4, 4096, cfg.hidden_size), jnp.bfloat16, sharding=on)
+    segment_ids = jax.ShapeDtypeStruct((4, 4096), jnp.int32, sharding=on) if options else None
+
+    def loss(params, x, segment_ids):
+        return jnp.sum(nnx.merge(graph, params)(x, segment_ids=segment_ids)[0].astype(jnp.float32))
+
+    _check_compiles(device, jax.jit(jax.value_and_grad(loss, argnums=(0, 1))), (params, x, segment_ids), 3)
+
+
+def _check_compiles(device, step, args, kernel_calls):
+    """`step` compiles for `device` with libtpu, fits its HBM and holds `kernel_calls` Mosaic custom calls."""
     compiled = step.trace(*args).lower(lowering_platforms=("tpu",)).compile()
     assert device.device_kind.startswith("TPU v")
     memory = compiled.memory_analysis()
     used = memory.temp_size_in_bytes + memory.argument_size_in_bytes + memory.output_size_in_bytes
     assert used < TPU_HBM_GIB[device.device_kind] * 2**30, used
-    assert compiled.as_text().count("tpu_custom_call") == KERNEL_CALLS[name]
+    assert compiled.as_text().count("tpu_custom_call") == kernel_calls

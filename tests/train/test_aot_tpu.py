@@ -37,3 +37,16 @@ def test_a_context_split_train_call_compiles_for_a_tpu_topology(model):
     assert row["compiled"], row.get("error")
     assert row["mesh"] == {"data": 1, "fsdp": 1, "context": 4, "tensor": 1} and row["fits"]
     assert row["kernel_calls"] == (KERNEL_CALLS[model] + 3) * get_config(model).num_hidden_layers
+
+
+def test_a_hybrid_train_call_with_splash_attention_compiles_for_a_tpu_topology():
+    """gdn-hybrid-tiny (a windowed attention layer among three Gated DeltaNet layers) with sdpa_impl="splash", FSDP
+    over a v5e-4's chips: the splash kernels (forward, dkv, dq) run on each chip's rows beside the backbone's."""
+    pytest.importorskip("libtpu")
+    (run,) = load_config("smoke", {"model": "gdn-hybrid-tiny", "model.kernel.impl": "pallas",
+                                   "model.sdpa_impl": "splash", "mesh.data": 1, "mesh.fsdp": -1,
+                                   "data.batch_size": 8, "steps_per_call": 2})
+    row = compile_run(run, topology_devices("v5e:2x2"), tpu=True)
+    assert row["compiled"], row.get("error")
+    assert row["mesh"]["fsdp"] == 4 and row["fits"]
+    assert row["kernel_calls"] == 3 * 3 + 3  # three Gated DeltaNet layers, one attention layer

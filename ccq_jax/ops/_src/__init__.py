@@ -8,6 +8,8 @@
                                    also holds its family's named front doors, `family.py`: kda, gated_delta_rule_2,
                                    qed)
   lm_head/                         the LM head's logits (a separate op: api, pallas_triton)
+  attention/                       causal softmax attention for the attention layers (a separate op: api, and
+                                   pallas_mosaic_tpu, the glue to JAX's own Pallas TPU splash attention kernel)
   pallas/                          what the kernel backends share: the padded layout, the one-token step kernels
                                    (handed each op's recurrence), GLA's Triton custom VJP, the Mosaic TPU helpers
   dispatch.py                      `impl=`: the names, `Implementation`, the platform policy
