@@ -13,7 +13,8 @@ custom VJPs and the choice between compiling and interpreting stay in the ops' b
   recurrent_step    one token per row through the recurrences and the CCQ read (a decode step)
   row_matmul        a few rows times a large weight (a decode step's LM head)
   gla_tpu           GLA's chunked forward and backward in Mosaic TPU (with no gate: the CCQ covariance read)
-  delta_tpu         the gated delta rule's state pass across chunks in Mosaic TPU, and its backward
+  delta_tpu         the delta rules' state pass across chunks in Mosaic TPU (decay per head or per key row), and
+                    its backward
   tpu               what the Mosaic TPU kernels share (precision, grid semantics, interpret mode, cost estimate)
   tiles             in-kernel helpers, `KernelConfig`, and the one place Triton kernels are launched
 """

@@ -1,15 +1,18 @@
-"""The gated delta rule's state pass on Mosaic TPU: forward and backward, one kernel each.
+"""The delta rules' state pass on Mosaic TPU: forward and backward, one kernel each.
 
-The chunkwise form (`ccq_jax.ops._src.gated_delta_rule.reference.chunk_factors`) leaves one
-sequential part: with the chunk factors w, u_v, k_to_end, q_from_start, scores and decay d,
+The chunkwise forms (the gated and the generalized delta rule's `reference.chunk_factors` in
+`ccq_jax.ops._src`) leave one sequential part: with the chunk factors w, u_v, k_to_end,
+q_from_start, scores and decay d,
 
     u_n = u_v,n - w_n S_n,   o_n = scale (q_from_start,n S_n + scores_n u_n),
-    S_{n+1} = d_n S_n + k_to_end,n^T u_n.
+    S_{n+1} = d_n (.) S_n + k_to_end,n^T u_n.
 
 The kernels run that recurrence with the state in an fp32 VMEM scratch, on the grid (B, H, N):
 the two outer axes "parallel", the chunk axis last and "arbitrary"; the backward walks the
 chunks in reverse through its index maps and returns the gradients of every factor. Arrays are
-`[B, H, N, C, W]` with W padded to 128 lanes; d is `[B, H, N, 1, 1]`.
+`[B, H, N, C, W]` with W padded to 128 lanes; d is `[B, H, N, 1, 1]` (one decay per head and
+chunk: the gated delta rule) or `[B, H, N, Kp, 1]` (one per key row of the state: the
+generalized delta rule's per-channel decay), and its gradient comes in d's shape.
 
 Precision, per product: the state's own path (w S, k_to_end^T u and their gradients) in fp32
 (HIGHEST: 6-pass bf16 on the MXU), because its rounding compounds from chunk to chunk; the
@@ -66,7 +69,8 @@ def _backward_kernel(w_ref, uv_ref, ke_ref, qs_ref, p_ref, d_ref, states_ref, do
     dke_ref[...] = dot(u, dS, f32, trans_b=True)
     dqs_ref[...] = scale * dot(do, S, dtype, trans_b=True)
     dp_ref[...] = scale * dot(do, u, dtype, trans_b=True)
-    dd_ref[...] = jnp.sum(jnp.sum(S * dS, axis=1, keepdims=True), axis=0, keepdims=True)
+    dd = jnp.sum(S * dS, axis=1, keepdims=True)  # [Kp, 1]: per key row
+    dd_ref[...] = dd if d_ref.shape[0] > 1 else jnp.sum(dd, axis=0, keepdims=True)
     dstate[...] = d_ref[...] * dS + scale * dot(qs, do, dtype, trans_a=True) - dot(w, du, f32, trans_a=True)
 
     @pl.when(pl.program_id(2) == pl.num_programs(2) - 1)
@@ -84,11 +88,12 @@ def backward_flops(chunk, kp, vp):
     return 12 * chunk * kp * vp + 4 * chunk * chunk * vp
 
 
-def _specs(chunk, kp, vp, n, reverse):
+def _specs(chunk, kp, vp, n, rows, reverse):
+    """rows: the decay's (1 per head, Kp per key row)."""
     at = (lambda i: n - 1 - i) if reverse else (lambda i: i)
     per_chunk = lambda *block: pl.BlockSpec((None, None, None, *block), lambda b, h, i: (b, h, at(i), 0, 0))
     return dict(keys=per_chunk(chunk, kp), values=per_chunk(chunk, vp), scores=per_chunk(chunk, chunk),
-                decay=per_chunk(1, 1), chunk_state=per_chunk(kp, vp),
+                decay=per_chunk(rows, 1), chunk_state=per_chunk(kp, vp),
                 state=pl.BlockSpec((None, None, kp, vp), lambda b, h, i: (b, h, 0, 0)))
 
 
@@ -98,7 +103,7 @@ def forward(w, u_v, k_to_end, q_from_start, scores, decay, h0, *, scale, dtype, 
     dtype: the output path's operand dtype."""
     b, h, n, chunk, kp = w.shape
     vp = u_v.shape[-1]
-    s = _specs(chunk, kp, vp, n, reverse=False)
+    s = _specs(chunk, kp, vp, n, decay.shape[-2], reverse=False)
     args = (w, u_v, k_to_end, q_from_start, scores, decay, h0)
     out_shape = [jax.ShapeDtypeStruct(u_v.shape, f32), jax.ShapeDtypeStruct((b, h, kp, vp), f32)]
     out_specs = [s["values"], s["state"]]
@@ -117,10 +122,11 @@ def forward(w, u_v, k_to_end, q_from_start, scores, decay, h0, *, scale, dtype, 
 
 @functools.partial(jax.jit, static_argnames=("scale", "dtype", "interpret"))
 def backward(w, u_v, k_to_end, q_from_start, scores, decay, states, do, dfinal, *, scale, dtype, interpret):
-    """(dw, du_v, dk_to_end, dq_from_start, dscores, ddecay, dh0), all fp32, the chunks walked in reverse."""
+    """(dw, du_v, dk_to_end, dq_from_start, dscores, ddecay (in decay's shape), dh0), all fp32, the chunks walked in
+    reverse."""
     b, h, n, chunk, kp = w.shape
     vp = u_v.shape[-1]
-    s = _specs(chunk, kp, vp, n, reverse=True)
+    s = _specs(chunk, kp, vp, n, decay.shape[-2], reverse=True)
     like = lambda x: jax.ShapeDtypeStruct(x.shape, f32)
     args = (w, u_v, k_to_end, q_from_start, scores, decay, states, do, dfinal)
     out_shape = [like(w), like(u_v), like(k_to_end), like(q_from_start), like(scores), like(decay),

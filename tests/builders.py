@@ -4,7 +4,8 @@ here, never from another test module or a conftest).
   numbers     rel_rms (fla's metric)
   ops         OP_CASES, make_inputs (fla's gate recipes), packed_segments, flags, op_gradients,
               float64_ground_truth
-  kernels     KERNEL_OPS, kernel_inputs, check_op (impl="pallas" against the float64 recurrence), tolerances
+  kernels     KERNEL_OPS, TPU_KERNEL_OPS, kernel_inputs, check_op (impl="pallas" against the float64 recurrence),
+              tolerances
   layers      layer_inputs, randomize, layer_params, call, SEGMENTS
   models      MODEL_CASES, HYBRID_CASES, build, token_ids, forward, prefill_then_decode
   conversion  FIXTURES, GOLDENS, random_model, flat_params, assert_same_params
@@ -146,6 +147,10 @@ KERNEL_OPS = {
     "ccq_gla": ["q", "k", "v", "g", "lam"],
     "ccq_gated_delta_rule": ["q", "k", "v", "g_head", "beta", "lam"],
 }
+# ops whose kernels are Mosaic TPU's only (impl="pallas" on a GPU refuses them; check_op takes them all the same)
+TPU_KERNEL_OPS = {"generalized_delta_rule": ["q", "k", "v", "g", "a"],
+                  "ccq_generalized_delta_rule": ["q", "k", "v", "g", "a", "lam"]}
+OP_INPUTS = {**KERNEL_OPS, **TPU_KERNEL_OPS}
 GATES = ("g", "g_head", "beta", "lam")
 
 
@@ -154,16 +159,19 @@ def kernel_inputs(seed, t, h=2, dk=12, dv=20, segments=True):
     `segments`): row 0 with strong decay
     (exp(-7) per token on average), row 1 with half its gates exactly zero (fla's recipes).
 
-    Keys have unit norm (the gated delta rule needs ||k|| <= 1 to stay stable over long T).
+    Keys have unit norm (the gated delta rule needs ||k|| <= 1 to stay stable over long T). The generalized delta
+    rule's erase vector a = b * k, b in [0, 1]^K (GDN-2's), comes from a generator of its own (seed + 1000), so
+    that the other inputs stay as they were.
     """
     rng = np.random.default_rng(seed)
     f32 = lambda x: np.asarray(x, np.float32)
     gates = lambda *shape: np.stack([log_decay(rng, shape, "strong_decay"), log_decay(rng, shape, "zeroed_gates")])
     k = rng.standard_normal((2, t, h, dk))
+    k /= np.linalg.norm(k, axis=-1, keepdims=True)
     stats = ops.CCQStats(*_initial_stats(rng, h, dk))
     return dict(
         q=f32(rng.standard_normal((2, t, h, dk))),
-        k=f32(k / np.linalg.norm(k, axis=-1, keepdims=True)),
+        k=f32(k),
         v=f32(rng.standard_normal((2, t, h, dv))),
         g=f32(gates(t, h, dk)),
         g_head=f32(gates(t, h)),
@@ -172,12 +180,14 @@ def kernel_inputs(seed, t, h=2, dk=12, dv=20, segments=True):
         initial_state=f32(rng.standard_normal((2, h, dk, dv))),
         initial_stats=stats,
         segment_ids=packed_segments(t) if segments else None,
+        a=f32(np.random.default_rng(seed + 1000).uniform(0, 1, k.shape) * k),
     )
 
 
 def op_arguments(name, x, dtype):
-    """Positional and keyword inputs of op `name`; q, k, v in `dtype`, gates, beta, lam and states fp32."""
-    pos = [jnp.asarray(x[n], dtype) if n in "qkv" else x[n] for n in KERNEL_OPS[name]]
+    """Positional and keyword inputs of op `name`; q, k, v (and the erase vector a) in `dtype`, gates, beta, lam and
+    states fp32."""
+    pos = [jnp.asarray(x[n], dtype) if n in ("q", "k", "v", "a") else x[n] for n in OP_INPUTS[name]]
     kw = {}
     if name != "ccq_query":
         kw["initial_state"] = x["initial_state"]
@@ -209,7 +219,7 @@ def check_op(name, x, chunk, dtype=jnp.float32, impl="pallas", **options):
     want = float64_ground_truth(op, ref_pos, kw, x)
     got = op_gradients(op, pos, kw, x, impl, chunk)
     for (path, w), g in zip(jax.tree_util.tree_leaves_with_path(want), jax.tree.leaves(got)):
-        label = KERNEL_OPS[name][path[1].idx] if path[0].key == "pos" else jax.tree_util.keystr(path[1:])
+        label = OP_INPUTS[name][path[1].idx] if path[0].key == "pos" else jax.tree_util.keystr(path[1:])
         assert np.all(np.isfinite(np.asarray(g, np.float32))), f"{name} d{label}: not finite"
         tol = FP32_TOL if fp32 else (GATE_GRAD_TOL if label in GATES else GRAD_TOL)
         err = rel_rms(np.asarray(g, np.float32), w)

@@ -12,10 +12,12 @@ API (`ccq_jax.ops`): these names may change with the code behind them.
 
 from ._src import dispatch
 from ._src.ccq_gated_delta_rule import api as ccq_gated_delta_rule_api
+from ._src.ccq_generalized_delta_rule import api as ccq_generalized_delta_rule_api
 from ._src.ccq_gla import api as ccq_gla_api
 from ._src.ccq_query import api as ccq_query_api
 from ._src.gated_delta_rule import api as gated_delta_rule_api
 from ._src.gated_delta_rule.factors import head_factors, pair_decays, pair_products
+from ._src.generalized_delta_rule import api as generalized_delta_rule_api
 from ._src.gla import api as gla_api
 from ._src.lm_head.api import HEAD_IMPLS, MAX_ROWS, head_logits
 from ._src.pallas.layout import chunk_cumsum, layout, per_chunk
@@ -23,7 +25,9 @@ from ._src.xla.validate import in_range
 
 TABLES = {"gla": gla_api.IMPLEMENTATIONS, "gated_delta_rule": gated_delta_rule_api.IMPLEMENTATIONS,
           "ccq_query": ccq_query_api.IMPLEMENTATIONS, "ccq_gla": ccq_gla_api.IMPLEMENTATIONS,
-          "ccq_gated_delta_rule": ccq_gated_delta_rule_api.IMPLEMENTATIONS}
+          "ccq_gated_delta_rule": ccq_gated_delta_rule_api.IMPLEMENTATIONS,
+          "generalized_delta_rule": generalized_delta_rule_api.IMPLEMENTATIONS,
+          "ccq_generalized_delta_rule": ccq_generalized_delta_rule_api.IMPLEMENTATIONS}
 
 __all__ = ["HEAD_IMPLS", "MAX_ROWS", "TABLES", "chunk_cumsum", "dispatch", "head_factors", "head_logits", "in_range",
            "layout", "pair_decays", "pair_products", "per_chunk"]

@@ -10,6 +10,7 @@ here too; compiling with the real Mosaic compiler is test_tpu_aot.py's.
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 
 import ccq_jax.ops as ops
@@ -30,7 +31,28 @@ def test_gated_delta_rule_against_recurrence(chunk, dtype, dk, capfd):
     assert "RACE DETECTED" not in capfd.readouterr().out
 
 
-@pytest.mark.parametrize("name,chunk,dtype", [("ccq_gla", 16, jnp.bfloat16), ("ccq_gated_delta_rule", 32, jnp.float32)])
+@pytest.mark.parametrize("chunk,dtype,dk", [(32, jnp.float32, 12), (16, jnp.bfloat16, 12), (64, jnp.float32, 130)])
+def test_generalized_delta_rule_against_recurrence(chunk, dtype, dk, capfd):
+    """The per-channel decay on the state pass's key rows (`pallas_kernels.delta_tpu`, decay [B, H, N, Kp, 1]); the
+    erase vector a = b * k is not parallel to k."""
+    check_op("generalized_delta_rule", inputs(30, t=70, dk=dk), chunk, dtype, impl="pallas_mosaic_tpu")
+    assert "RACE DETECTED" not in capfd.readouterr().out
+
+
+def test_generalized_delta_rule_infinite_log_gates(capfd):
+    """g = -inf over a whole 16-token sub-block, -1e4 at other tokens and one -inf alone, later tokens in the same
+    chunk: the factors' XLA form clamps them (no NaN), the kernel sees decays of exactly 0."""
+    x = inputs(34, t=70)
+    x["g"] = x["g"].copy()
+    x["g"][0, 16:32] = -np.inf
+    x["g"][0, 40:43] = -1e4
+    x["g"][1, 50] = -np.inf
+    check_op("generalized_delta_rule", x, 32, impl="pallas_mosaic_tpu")
+    assert "RACE DETECTED" not in capfd.readouterr().out
+
+
+@pytest.mark.parametrize("name,chunk,dtype", [("ccq_gla", 16, jnp.bfloat16), ("ccq_gated_delta_rule", 32, jnp.float32),
+                                              ("ccq_generalized_delta_rule", 32, jnp.float32)])
 def test_ccq_read_against_recurrence(name, chunk, dtype, capfd):
     """The CCQ read (its covariance on the GLA kernel) feeding each backbone: the read's own gradients are among the
     fused op's."""
@@ -64,6 +86,15 @@ def test_the_tpu_kernel_on_a_gpu_is_refused_unless_interpreted():
         "pallas_mosaic_tpu"
 
 
+def test_the_generalized_delta_rule_has_no_gpu_kernel_yet():
+    """Its only kernel backend is Mosaic TPU's: impl="pallas" on a GPU says so and points at the XLA chunk form."""
+    for name in ("generalized_delta_rule", "ccq_generalized_delta_rule"):
+        with pytest.raises(ValueError, match=r"impl: 'pallas' has no kernels for platform 'gpu' yet "
+                                             r"\(pallas_mosaic_tpu: the Mosaic TPU kernels compile for a TPU only"
+                                             r".*use impl='chunk' there"):
+            dispatch.choose(name, TABLES[name], "pallas", _call("gpu"))
+
+
 def test_a_triton_tiling_is_refused():
     x = inputs(30, t=20)
     with pytest.raises(ValueError, match=r"config: the Mosaic TPU kernels take no KernelConfig"):
@@ -71,3 +102,6 @@ def test_a_triton_tiling_is_refused():
     with pytest.raises(ValueError, match=r"config: the Mosaic TPU kernels take no KernelConfig"):
         ops.gated_delta_rule(x["q"], x["k"], x["v"], x["g_head"], x["beta"], impl="pallas_mosaic_tpu",
                              config=KernelConfig(width=32))
+    with pytest.raises(ValueError, match=r"config: the Mosaic TPU kernels take no KernelConfig"):
+        ops.generalized_delta_rule(x["q"], x["k"], x["v"], x["g"], x["a"], impl="pallas_mosaic_tpu",
+                                   config=KernelConfig(width=32))

@@ -9,19 +9,22 @@ from ..dispatch import Implementation
 from ..generalized_delta_rule.api import context_maps
 from ..generalized_delta_rule.family import gated_delta_rule_2_inputs, kda_inputs, qed_inputs
 from ..xla import validate
-from . import reference
+from . import pallas_mosaic_tpu, reference
 
 IMPLEMENTATIONS = {
     "recurrent": Implementation(reference.recurrent),
     "chunk": Implementation(reference.chunk, chunked=True),
     "scan": Implementation(reference.scan),
+    "pallas_mosaic_tpu": Implementation(pallas_mosaic_tpu.ccq_generalized_delta_rule, chunked=True,
+                                        supports=pallas_mosaic_tpu.supports),
 }
 
 
 @sharding.splits_sequence(functools.partial(fused_context_maps, context_maps))
 def ccq_generalized_delta_rule(q, k, v, g, a, lam, *, read=None, scale=None, initial_state=None, initial_stats=None,
                                output_final_state=False, output_final_stats=False, centered=True,
-                               normalize_keys=True, segment_ids=None, impl="chunk", chunk_size=None, axes=None):
+                               normalize_keys=True, segment_ids=None, impl="chunk", chunk_size=None, config=None,
+                               interpret=None, axes=None):
     """The generalized delta rule read with the CCQ-cleaned query: generalized_delta_rule(ccq_query(q, k, lam,
     read=read), k, v, g, a). The read is backbone-independent: it changes the query the state is read with, and
     nothing the state is written with.
@@ -40,7 +43,7 @@ def ccq_generalized_delta_rule(q, k, v, g, a, lam, *, read=None, scale=None, ini
                       scale=scale, initial_state=initial_state, initial_stats=initial_stats,
                       output_final_state=output_final_state, output_final_stats=output_final_stats,
                       centered=centered, normalize_keys=normalize_keys, segment_ids=segment_ids, impl=impl,
-                      chunk_size=chunk_size, config=None, interpret=None, axes=axes)
+                      chunk_size=chunk_size, config=config, interpret=interpret, axes=axes)
 
 
 def ccq_kda(q, k, v, g, beta, lam, *, use_qk_l2norm_in_kernel=False, **options):

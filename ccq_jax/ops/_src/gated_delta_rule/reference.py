@@ -6,14 +6,12 @@ per-head g and beta `[B, T, H]`, an fp32 initial state and `docs`, the monotone 
 and returns (o in v's dtype, the final state).
 """
 
-from typing import NamedTuple
-
 import jax
 import jax.numpy as jnp
 
 from ..xla.chunking import doc_masks, from_chunks, masked_exp, mm, segment_sum, suffix_sum, to_chunks
 from ..xla.numerics import HIGHEST, accum_dtype, resets, time_major, vary_like, zero_where
-from ..xla.recurrences import dense_scan, dense_state_pass
+from ..xla.recurrences import DeltaFactors, dense_scan, delta_chunk_pass
 
 
 def recurrent(q, k, v, g, beta, *, scale, initial_state, docs):
@@ -32,21 +30,8 @@ def recurrent(q, k, v, g, beta, *, scale, initial_state, docs):
     return jnp.moveaxis(o, 0, 1).astype(v.dtype), final
 
 
-class ChunkFactors(NamedTuple):
-    """What the chunkwise form computes inside each chunk, before the state pass ([B, H, N, ...], fp32):
-    the state update S' = decay S + k_to_end^T (u_v - w S) and the output o = scale (q_from_start S + scores u)
-    with u = u_v - w S, every document mask folded in (docs/design.md, "Gated delta rule")."""
-
-    u_v: jax.Array  # [B, H, N, C, V]
-    w: jax.Array  # [B, H, N, C, K]
-    k_to_end: jax.Array  # [B, H, N, C, K]
-    decay: jax.Array  # [B, H, N]
-    q_from_start: jax.Array  # [B, H, N, C, K]
-    scores: jax.Array  # [B, H, N, C, C]
-
-
 def chunk_factors(q, k, v, g, beta, docs, chunk_size):
-    """`ChunkFactors` of the WY/UT form: T = (I + A)^-1 per chunk, u_v = T beta v, w = T beta exp(G) k."""
+    """`DeltaFactors` of the WY/UT form: T = (I + A)^-1 per chunk, u_v = T beta v, w = T beta exp(G) k."""
     dtype = jnp.result_type(q, k, v)
     f = accum_dtype(q, k, v, g, beta)
     m = doc_masks(docs, chunk_size)
@@ -66,24 +51,14 @@ def chunk_factors(q, k, v, g, beta, docs, chunk_size):
     decay = jnp.exp(gcum[..., -1]) * m.keep_state
     q_from_start = qc * (jnp.exp(gcum) * m.reads_state)[..., None]
     scores = mm("...ik,...jk->...ij", qc, kc, dtype) * decay_ij
-    return ChunkFactors(u_v, w, k_to_end, decay, q_from_start, scores)
+    return DeltaFactors(u_v, w, k_to_end, decay, q_from_start, scores)
 
 
 def chunk(q, k, v, g, beta, *, scale, initial_state, docs, chunk_size=64):
     """Chunked gated delta rule (WY/UT form): `chunk_factors`, then one `lax.scan` of the state across chunks."""
-    length = q.shape[1]
-    dtype = jnp.result_type(q, k, v)
-    f = accum_dtype(q, k, v, g, beta)
-    u_v, w, k_to_end, decay, q_from_start, scores = chunk_factors(q, k, v, g, beta, docs, chunk_size)
-    delta = mm("...ck,...cv->...kv", k_to_end, u_v, f)
-    transition = mm("...ck,...cl->...kl", k_to_end, w, f)  # [B, H, N, K, K]
-
-    entering, final = dense_state_pass(decay[..., None, None], transition, delta, initial_state.astype(f))
-
-    u = u_v - mm("...ck,...kv->...cv", w, entering, f)
-    o_inter = mm("...ck,...kv->...cv", q_from_start, entering, dtype)
-    o = scale * (o_inter + mm("...ij,...jv->...iv", scores, u, dtype))
-    return from_chunks(o, length).astype(v.dtype), final
+    o, final = delta_chunk_pass(chunk_factors(q, k, v, g, beta, docs, chunk_size), initial_state, scale,
+                                accum_dtype(q, k, v, g, beta), jnp.result_type(q, k, v))
+    return from_chunks(o, q.shape[1]).astype(v.dtype), final
 
 
 def scan(q, k, v, g, beta, *, scale, initial_state, docs):

@@ -4,12 +4,14 @@ from ... import sharding
 from .. import dispatch
 from ..dispatch import Implementation
 from ..xla import validate
-from . import reference
+from . import pallas_mosaic_tpu, reference
 
 IMPLEMENTATIONS = {
     "recurrent": Implementation(reference.recurrent),
     "chunk": Implementation(reference.chunk, chunked=True),
     "scan": Implementation(reference.scan),
+    "pallas_mosaic_tpu": Implementation(pallas_mosaic_tpu.generalized_delta_rule, chunked=True,
+                                        supports=pallas_mosaic_tpu.supports),
 }
 
 
@@ -24,7 +26,7 @@ def context_maps(shard, q, k, v, g, a, *, segment_ids, **options):
 
 @sharding.splits_sequence(context_maps)
 def generalized_delta_rule(q, k, v, g, a, *, scale=None, initial_state=None, output_final_state=False,
-                           segment_ids=None, impl="chunk", chunk_size=None, axes=None):
+                           segment_ids=None, impl="chunk", chunk_size=None, config=None, interpret=None, axes=None):
     """The generalized delta rule: S_t = (I - k_t a_t^T) Diag(exp g_t) S_{t-1} + k_t v_t^T, o_t = scale S_t^T q_t.
 
     Token by token: S = Diag(exp g_t) S, then S = S + k_t (v_t - S^T a_t)^T: the state is read at the erase vector
@@ -35,7 +37,9 @@ def generalized_delta_rule(q, k, v, g, a, *, scale=None, initial_state=None, out
 
     q, k, a: [B, T, H, K]; g: [B, T, H, K], the log decay <= 0 per key channel; v: [B, T, H, V]. scale defaults to
     K**-0.5. initial_state: [B, H, K, V]. Returns (o [B, T, H, V] in v's dtype, final_state [B, H, K, V] fp32 or
-    None). impl: "recurrent", "chunk" (the WY/UT form with the per-channel decay inside the chunk) or "scan".
+    None). impl: "recurrent", "chunk" (the WY/UT form with the per-channel decay inside the chunk), "scan", or
+    "pallas_mosaic_tpu" ("pallas" on a TPU, or interpreted on a CPU: the chunk form's factors in XLA, the state pass
+    across chunks in a Mosaic TPU kernel; config: None, interpret: as `ccq_jax.ops.gla`'s).
 
     context_axis: inside `jax.shard_map`, with T split over that mesh axis: each device's tokens as the
     unsplit op would give them, and its shard's final state (`ccq_jax.ops.sharding`).
@@ -43,9 +47,9 @@ def generalized_delta_rule(q, k, v, g, a, *, scale=None, initial_state=None, out
     runs as it is whatever the mesh).
     """
     q, k, v, g, a, (b, t, h, dk, dv) = validate.generalized_inputs(q, k, v, g, a)
-    call = dispatch.call_of(q, k, v, chunk_size=chunk_size, interpret=None)
+    call = dispatch.call_of(q, k, v, chunk_size=chunk_size, interpret=interpret)
     fn, options = dispatch.prepare("generalized_delta_rule", IMPLEMENTATIONS, impl, call, static=("scale",),
-                                   config=None, axes=axes)
+                                   config=config, axes=axes)
     o, final = fn(q, k, v, g, a, scale=validate.scale(scale, dk),
                   initial_state=validate.state(initial_state, b, h, dk, dv), docs=validate.documents(segment_ids, b, t),
                   **options)

@@ -45,7 +45,8 @@ def kda(q, k, v, g, beta, *, use_qk_l2norm_in_kernel=False, **options):
     q, k, g: [B, T, H, K] (g the log decay <= 0 per key channel); v: [B, T, H, V]; beta: [B, T, H] in [0, 2].
     use_qk_l2norm_in_kernel: l2-normalise q and k first (fla's flag; `ccq_jax.ops.l2_normalize`).
     options: `generalized_delta_rule`'s keywords (scale, initial_state, output_final_state, segment_ids, impl,
-    chunk_size, axes, context_axis). Returns (o [B, T, H, V] in v's dtype, final_state [B, H, K, V] fp32 or None).
+    chunk_size, config, interpret, axes, context_axis). Returns (o [B, T, H, V] in v's dtype, final_state
+    [B, H, K, V] fp32 or None).
     """
     return generalized_delta_rule(*kda_inputs(q, k, v, g, beta, use_qk_l2norm_in_kernel), **options)
 

@@ -9,9 +9,9 @@ dtype, the final state).
 import jax
 import jax.numpy as jnp
 
-from ..xla.chunking import doc_masks, from_chunks, intra_scores, mm, suffix_sum, to_chunks
+from ..xla.chunking import doc_masks, from_chunks, intra_scores, suffix_sum, to_chunks
 from ..xla.numerics import HIGHEST, accum_dtype, resets, time_major, vary_like, zero_where
-from ..xla.recurrences import dense_scan, dense_state_pass
+from ..xla.recurrences import DeltaFactors, dense_scan, delta_chunk_pass
 
 
 def recurrent(q, k, v, g, a, *, scale, initial_state, docs):
@@ -30,17 +30,16 @@ def recurrent(q, k, v, g, a, *, scale, initial_state, docs):
     return jnp.moveaxis(o, 0, 1).astype(v.dtype), final
 
 
-def chunk(q, k, v, g, a, *, scale, initial_state, docs, chunk_size=64):
-    """Chunked generalized delta rule (docs/design.md, "The generalized delta rule").
+def chunk_factors(q, k, v, g, a, docs, chunk_size):
+    """`DeltaFactors` of the chunked generalized delta rule (docs/design.md, "The generalized delta rule").
 
     Inside a chunk, with G_i the in-chunk cumsum of the gates and S_0 the state entering it, the new values
     n_i = v_i - (Diag(exp g_i) S_{i-1})^T a_i solve (I + A) n = v - W S_0 with A_ij = sum_c a_ic k_jc
     exp(G_ic - G_jc) (j < i) and W_i = exp(G_i) a_i: the UT transform u_v = (I + A)^-1 v, w = (I + A)^-1 W. Then
     o_i = scale (S_0^T (exp(G_i) q_i) + sum_{j <= i} P_ij n_j) with P_ij = sum_c q_ic k_jc exp(G_ic - G_jc), and the
-    state leaving the chunk is Diag(exp G_C) S_0 + sum_j (exp(G_C - G_j) k_j) n_j^T. A and P are GLA's intra-chunk
-    scores (`intra_scores`, secondary chunking): every exponent is <= 0.
+    state leaving the chunk is Diag(exp G_C) S_0 + sum_j (exp(G_C - G_j) k_j) n_j^T: the decay is per key channel
+    [B, H, N, K]. A and P are GLA's intra-chunk scores (`intra_scores`, secondary chunking): every exponent is <= 0.
     """
-    length = q.shape[1]
     dtype = jnp.result_type(q, k, v, a)
     f = accum_dtype(q, k, v, g, a)
     m = doc_masks(docs, chunk_size)
@@ -55,15 +54,16 @@ def chunk(q, k, v, g, a, *, scale, initial_state, docs, chunk_size=64):
     w = solve(ac.astype(f) * jnp.exp(gcum) * m.reads_state[..., None])  # [B, H, N, C, K]
     k_to_end = kc.astype(f) * jnp.exp(suffix_sum(gc, axis=-2)) * m.writes_state[..., None]
     decay = jnp.exp(gcum[..., -1, :]) * m.keep_state[..., None]  # [B, H, N, K]
-    delta = mm("...ck,...cv->...kv", k_to_end, u_v, f)
-    transition = mm("...ck,...cl->...kl", k_to_end, w, f)  # [B, H, N, K, K]
-    entering, final = dense_state_pass(decay[..., None], transition, delta, initial_state.astype(f))
-
-    new = u_v - mm("...ck,...kv->...cv", w, entering, f)
     q_from_start = qc * jnp.exp(gcum) * m.reads_state[..., None]
     scores = jnp.where(m.causal, intra_scores(qc, kc, gc, dtype), 0)
-    o = scale * (mm("...ck,...kv->...cv", q_from_start, entering, dtype) + mm("...ij,...jv->...iv", scores, new, dtype))
-    return from_chunks(o, length).astype(v.dtype), final
+    return DeltaFactors(u_v, w, k_to_end, decay, q_from_start, scores)
+
+
+def chunk(q, k, v, g, a, *, scale, initial_state, docs, chunk_size=64):
+    """Chunked generalized delta rule: `chunk_factors`, then one `lax.scan` of the state across chunks."""
+    o, final = delta_chunk_pass(chunk_factors(q, k, v, g, a, docs, chunk_size), initial_state, scale,
+                                accum_dtype(q, k, v, g, a), jnp.result_type(q, k, v, a))
+    return from_chunks(o, q.shape[1]).astype(v.dtype), final
 
 
 def scan(q, k, v, g, a, *, scale, initial_state, docs):

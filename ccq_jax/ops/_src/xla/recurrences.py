@@ -3,11 +3,16 @@
 `diagonal_scan` runs it as a log-depth `lax.associative_scan` over the sequence (a_t broadcast
 against each leaf of b), with the initial state folded into b_0 (`fold_initial`); `state_pass`
 runs it sequentially across chunks, carrying only the fp32 state from one chunk to the next.
+The delta rules' chunked forms carry a dense K x K transition instead (`dense_state_pass`),
+from their per-chunk `DeltaFactors` (`delta_chunk_pass`).
 """
+
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 
+from .chunking import mm
 from .numerics import HIGHEST, vary_like
 
 
@@ -76,3 +81,31 @@ def dense_state_pass(decay, transition, delta, init):
     xs = (move(decay), move(transition), move(delta))
     final, entering = jax.lax.scan(step, vary_like(init, xs), xs)
     return jnp.moveaxis(entering, 0, 2), final
+
+
+class DeltaFactors(NamedTuple):
+    """What a delta rule's chunkwise form computes inside each chunk, before the state pass ([B, H, N, ...], fp32):
+    the state update S' = decay S + k_to_end^T (u_v - w S) and the output o = scale (q_from_start S + scores u)
+    with u = u_v - w S, every document mask folded in (docs/design.md, "Gated delta rule")."""
+
+    u_v: jax.Array  # [B, H, N, C, V]
+    w: jax.Array  # [B, H, N, C, K]
+    k_to_end: jax.Array  # [B, H, N, C, K]
+    decay: jax.Array  # [B, H, N] per head, or [B, H, N, K] per key channel (the generalized delta rule)
+    q_from_start: jax.Array  # [B, H, N, C, K]
+    scores: jax.Array  # [B, H, N, C, C]
+
+
+def delta_chunk_pass(factors, initial_state, scale, f, dtype):
+    """(o [B, H, N, C, V], final state) of `DeltaFactors` from the state entering the first chunk: one
+    `dense_state_pass`, then the outputs; products of the state's path in `f`, of the output's in `dtype`."""
+    u_v, w, k_to_end, decay, q_from_start, scores = factors
+    delta = mm("...ck,...cv->...kv", k_to_end, u_v, f)
+    transition = mm("...ck,...cl->...kl", k_to_end, w, f)  # [B, H, N, K, K]
+    rows = decay[..., None] if decay.ndim == 4 else decay[..., None, None]
+
+    entering, final = dense_state_pass(rows, transition, delta, initial_state.astype(f))
+
+    u = u_v - mm("...ck,...kv->...cv", w, entering, f)
+    o_inter = mm("...ck,...kv->...cv", q_from_start, entering, dtype)
+    return scale * (o_inter + mm("...ij,...jv->...iv", scores, u, dtype)), final
