@@ -60,6 +60,19 @@ CASES = {
     "ccq-gdn": ("ccq-jax", ("ccq-gdn-tiny", dict(num_heads=2, head_dim=8, num_v_heads=4, **SMALL))),
     "kda-gva": ("fla", dict(model_type="kda", num_heads=2, head_dim=8, num_v_heads=4, allow_neg_eigval=True,
                             initializer_range=0.1, **SMALL)),
+    "gla-hybrid": ("fla", dict(model_type="gla", num_heads=2, initializer_range=0.1, **SMALL,
+                               attn={"layers": [1], "num_heads": 4, "num_kv_heads": 2, "qkv_bias": True})),
+    "gdn-hybrid-window": ("fla", dict(model_type="gated_deltanet", num_heads=2, head_dim=8, initializer_range=0.1,
+                                      **SMALL, attn={"layers": [0], "num_heads": 2, "window_size": 8,
+                                                     "rope_theta": 500.0})),
+    "gla-hybrid-from-jax": ("ccq-jax", ("gla-tiny", dict(num_heads=2, **SMALL, attn={
+        "layers": [0], "num_heads": 4, "window_size": 16}))),
+    "gdn-hybrid-from-jax": ("ccq-jax", ("gdn-tiny", dict(num_heads=2, head_dim=8, **SMALL, attn={
+        "layers": [1], "num_heads": 2, "num_kv_heads": 1, "qkv_bias": True}))),
+    "mamba2": ("fla", dict(model_type="mamba2", vocab_size=48, hidden_size=32, num_hidden_layers=2, head_dim=8,
+                           state_size=16, n_groups=1, initializer_range=0.1)),
+    "mamba2-from-jax": ("ccq-jax", ("mamba2-tiny", dict(vocab_size=48, hidden_size=32, num_hidden_layers=2,
+                                                        head_dim=8, state_size=16))),
     "kda-bounded-from-jax": ("ccq-jax", ("kda-tiny", dict(num_heads=2, head_dim=8, safe_gate=True, lower_bound=-5.0,
                                                           conv_size=3, **SMALL))),
 }

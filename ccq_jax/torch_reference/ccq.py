@@ -9,7 +9,10 @@ Written from the formulas of `docs/design.md` (section 3), independently of the 
 
 The gate (`CCQGate`, parameters `weight [H, K]` and `bias [H]`, the names under which
 `ccq_jax.convert.save_fla_checkpoint` writes them) gives lam_t = sigmoid(q_t . weight_h + bias_h)
-in mode "learned" and the constant `fixed_lambda` in mode "fixed"; mode "off" skips the read.
+in mode "learned" (times `lambda_max`, the gate's range [0, lambda_max]) and the constant `fixed_lambda` in mode
+"fixed"; mode "off" skips the read. Of ccq-jax's read policies (`read`, `terms`, `iterations`) only the first-order
+read above is implemented here: `read` "neumann" or "cg" is refused by name (`terms` and `iterations` are theirs
+and do not change the first-order read).
 """
 
 import torch
@@ -17,20 +20,28 @@ from torch import nn
 
 L2_NORM_EPS = 1e-6
 CCQ_FIELDS = ("mode", "fixed_lambda", "centered", "normalize_keys", "gate_bias_init")
+# ccq-jax's later fields and their defaults (checkpoints written before them lack them)
+CCQ_DEFAULTS = {"read": "first_order", "terms": 1, "iterations": 1, "lambda_max": 1.0}
 MODES = ("learned", "fixed", "off")
+READS = ("first_order",)
 
 
 def check_ccq_config(ccq) -> dict:
     """The CCQ settings of a checkpoint's config.json as a dict; ValueError naming what is missing or unknown."""
     if not isinstance(ccq, dict):
         raise ValueError(f"ccq: expected a dict with keys {CCQ_FIELDS}, got {ccq!r}")
-    missing, unknown = set(CCQ_FIELDS) - set(ccq), set(ccq) - set(CCQ_FIELDS)
+    missing, unknown = set(CCQ_FIELDS) - set(ccq), set(ccq) - set(CCQ_FIELDS) - set(CCQ_DEFAULTS)
     if missing or unknown:
-        raise ValueError(f"ccq: expected exactly the keys {CCQ_FIELDS}; missing {sorted(missing)}, "
-                         f"unknown {sorted(unknown)}")
+        raise ValueError(f"ccq: expected the keys {CCQ_FIELDS} (and optionally {tuple(CCQ_DEFAULTS)}); missing "
+                         f"{sorted(missing)}, unknown {sorted(unknown)}")
+    ccq = {**CCQ_DEFAULTS, **ccq}
     if ccq["mode"] not in MODES:
         raise ValueError(f"ccq.mode: expected one of {MODES}, got {ccq['mode']!r}")
-    return dict(ccq)
+    if ccq["read"] not in READS:
+        raise ValueError(f"ccq.read: the PyTorch reference implements {READS}, got {ccq['read']!r}")
+    if not ccq["lambda_max"] > 0:
+        raise ValueError(f"ccq.lambda_max: expected a positive number, got {ccq['lambda_max']!r}")
+    return ccq
 
 
 def l2norm(x: torch.Tensor) -> torch.Tensor:
@@ -84,7 +95,7 @@ class CCQGate(nn.Module):
         if self.cfg["mode"] == "fixed":
             return q.new_full(q.shape[:3], self.cfg["fixed_lambda"], dtype=torch.float32)
         logits = torch.einsum("bthk,hk->bth", q.float(), self.weight.float())
-        return torch.sigmoid(logits + self.bias.float())
+        return self.cfg["lambda_max"] * torch.sigmoid(logits + self.bias.float())
 
     def clean(self, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
         """q_clean = (I - lam Sigma) q for q, k [B, T, H, K] (q unchanged in mode "off")."""

@@ -7,7 +7,10 @@ the recurrences to fla's own references (`fla.ops.gla.naive.naive_recurrent_gla`
 `fla.ops.kda.naive.naive_recurrent_kda` with fla's `naive_kda_gate` / `naive_kda_lowerbound_gate`,
 `fla.ops.gdn2.naive.naive_recurrent_gdn2`),
 the norms to fla's `rms_norm_ref` functions, the short convolutions to `torch.nn.Conv1d`'s
-causal form, and the SwiGLU MLP to `silu(gate) * up`. Only whole sequences are supported
+causal form, and the SwiGLU MLP to `silu(gate) * up`. A hybrid's attention layers (`fla.layers.attn.Attention`, which
+needs flash-attn) get `flash_attn_func`, a stand-in in plain PyTorch (softmax over the causal, optionally windowed
+scores, grouped-query heads repeated), and fla's rotary embedding its `rotary_embedding_ref`. fla's Mamba2 runs its own
+`torch_forward` on a CPU; its swish goes to `F.silu` and its `RMSNormGated` to `rms_norm_ref`. Only whole sequences are supported
 (no cache, `cu_seqlens` or `attention_mask`: NotImplementedError), which is what parity needs.
 """
 
@@ -16,13 +19,16 @@ from unittest import mock
 
 import torch
 import torch.nn.functional as F
+from fla.layers import attn as fla_attn_layer
 from fla.layers import gated_deltanet as fla_gdn_layer
 from fla.layers import gdn2 as fla_gdn2_layer
 from fla.layers import gla as fla_gla_layer
 from fla.layers import kda as fla_kda_layer
 from fla.modules import FusedRMSNormGated, GatedMLP, RMSNorm, ShortConvolution
+from fla.modules.activations import ops as fla_activations
 from fla.modules.norm import layernorm as fla_layernorm
 from fla.modules.norm import layernorm_gated as fla_layernorm_gated
+from fla.modules.rotary import ops as fla_rotary
 from fla.ops.gated_delta_rule.gate import naive_gdn_gate
 from fla.ops.gated_delta_rule.naive import naive_recurrent_gated_delta_rule
 from fla.ops.gdn2.naive import naive_recurrent_gdn2
@@ -107,6 +113,29 @@ def naive_gdn2(*, q, k, v, g, b, w, scale=None, initial_state=None, output_final
                                 output_final_state=output_final_state)
 
 
+def flash_attn_func(q, k, v, causal=False, window_size=(-1, -1), softmax_scale=None, **kwargs):
+    """flash-attn's `flash_attn_func` (q [B, T, H, D], k / v [B, T, Hkv, D]; key j seen by query i where
+    i - window_size[0] <= j <= i + window_size[1], -1 meaning unbounded) in plain PyTorch, fp32 scores."""
+    _unsupported("flash_attn_func", **{name: value for name, value in kwargs.items() if name != "dropout_p"},
+                 dropout_p=kwargs.get("dropout_p") or None)
+    if not causal:
+        raise NotImplementedError("flash_attn_func on CPU: only causal=True (fla's Attention)")
+    t, groups = q.shape[1], q.shape[2] // k.shape[2]
+    k, v = (x.repeat_interleave(groups, dim=2) for x in (k, v))
+    scores = torch.einsum("bihd,bjhd->bhij", q.float(), k.float()) * (softmax_scale or q.shape[-1] ** -0.5)
+    gap = torch.arange(t)[:, None] - torch.arange(t)[None, :]
+    seen = (gap >= 0) if window_size[0] < 0 else (gap >= 0) & (gap <= window_size[0])
+    probs = scores.masked_fill(~seen, float("-inf")).softmax(-1)
+    return torch.einsum("bhij,bjhd->bihd", probs, v.float()).to(v.dtype)
+
+
+def rotary_embedding(x, cos, sin, interleaved=False, inplace=False, seqlen_offsets=0, cu_seqlens=None, **_):
+    """fla's `rotary_embedding` on its `rotary_embedding_ref`, positions 0..T-1 (whole sequences)."""
+    _unsupported("rotary_embedding", cu_seqlens=cu_seqlens, seqlen_offsets=seqlen_offsets or None)
+    t = x.shape[1]
+    return fla_rotary.rotary_embedding_ref(x, cos[:t], sin[:t], interleaved=interleaved)
+
+
 def _rms_norm(self, x, residual=None, prenorm=False, residual_in_fp32=False):
     out = fla_layernorm.rms_norm_ref(x, self.weight, self.bias, residual=residual, eps=self.eps, prenorm=prenorm,
                                      upcast=True)
@@ -122,6 +151,15 @@ def _rms_norm_gated(self, x, g, residual=None, prenorm=False, residual_in_fp32=F
         y = fla_layernorm_gated.rms_norm_ref(x, self.weight, self.bias, eps=self.eps).float()
         return (y * g.float().sigmoid()).to(x.dtype)
     return fla_layernorm_gated.rms_norm_ref(x, self.weight, self.bias, z=g, eps=self.eps, norm_before_gate=True)
+
+
+def _rms_norm_gated_silu(self, x, z=None):
+    return fla_layernorm_gated.rms_norm_ref(x, self.weight, self.bias, z=z, eps=self.eps, group_size=self.group_size,
+                                            norm_before_gate=self.norm_before_gate).to(x.dtype)
+
+
+def swish_fwd(x, output_contiguous=False):
+    return F.silu(x)
 
 
 def causal_conv1d(x, weight, bias=None, residual=None, initial_state=None, output_final_state=False,
@@ -149,15 +187,19 @@ def _gated_mlp(self, x, **_):
 
 @contextlib.contextmanager
 def cpu_paths():
-    """Within the context fla's GLA / Gated DeltaNet / KDA models, its GDN-2 layer (and the CCQ reference) run in
-    pure PyTorch."""
+    """Within the context fla's GLA / Gated DeltaNet / KDA models (hybrids included: fla's Attention can also be
+    built, flash-attn or not), its GDN-2 layer (and the CCQ reference) run in pure PyTorch."""
     with contextlib.ExitStack() as stack:
         stack.enter_context(mock.patch.multiple(fla_gla_layer, **dict.fromkeys(GLA_KERNELS, naive_gla)))
         stack.enter_context(mock.patch.multiple(fla_gdn_layer, causal_conv1d=causal_conv1d,
                                                 **dict.fromkeys(GDN_KERNELS, naive_gdn)))
         stack.enter_context(mock.patch.multiple(fla_kda_layer, **dict.fromkeys(KDA_KERNELS, naive_kda)))
         stack.enter_context(mock.patch.multiple(fla_gdn2_layer, **dict.fromkeys(GDN2_KERNELS, naive_gdn2)))
+        stack.enter_context(mock.patch.object(fla_attn_layer, "flash_attn_func", flash_attn_func))
+        stack.enter_context(mock.patch.object(fla_rotary, "rotary_embedding", rotary_embedding))
+        stack.enter_context(mock.patch.object(fla_activations, "swish_fwd", swish_fwd))
         for cls, forward in ((RMSNorm, _rms_norm), (FusedRMSNormGated, _rms_norm_gated),
-                             (ShortConvolution, _short_conv), (GatedMLP, _gated_mlp)):
+                             (ShortConvolution, _short_conv), (GatedMLP, _gated_mlp),
+                             (fla_layernorm_gated.RMSNormGated, _rms_norm_gated_silu)):
             stack.enter_context(mock.patch.object(cls, "forward", forward))
         yield

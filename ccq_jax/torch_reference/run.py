@@ -35,7 +35,8 @@ def init_checkpoint(config: dict, seed: int, out, perturb: float = 0.0) -> None:
     config = dict(config)
     hf_config = AutoConfig.for_model(config.pop("model_type"), **config)
     torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(hf_config)
+    with cpu_paths():  # fla's Attention (a hybrid's) refuses to be built without flash-attn
+        model = AutoModelForCausalLM.from_config(hf_config)
     if perturb:
         with torch.no_grad():
             for p in model.parameters():
@@ -65,7 +66,8 @@ def layer_outputs(kind: str, config: dict, seed: int, out, perturb: float = 0.0,
 
 def load_checkpoint(path, device: str = "cpu", dtype: str = "float32"):
     register()
-    model, info = AutoModelForCausalLM.from_pretrained(path, dtype=DTYPES[dtype], output_loading_info=True)
+    with cpu_paths() if device == "cpu" else contextlib.nullcontext():  # a hybrid's Attention: see init_checkpoint
+        model, info = AutoModelForCausalLM.from_pretrained(path, dtype=DTYPES[dtype], output_loading_info=True)
     problems = {name: sorted(map(str, keys)) for name, keys in info.items() if keys}
     if problems:
         raise ValueError(f"{path}: the checkpoint does not match the model fla builds from its config: {problems}")

@@ -38,7 +38,10 @@ def _copy(case, tmp_path, edit_config=None, edit_tensors=None):
     ({"num_head": 2}, "'num_head' (did you mean 'num_heads'?)"),
     ({"hidden_act": "gelu"}, "hidden_act = 'gelu' is not supported; ccq-jax computes hidden_act in ('swish',)"),
     ({"feature_map": "relu"}, "feature_map = 'relu' is not supported"),
-    ({"attn": {"layers": [0], "num_heads": 2}}, "attn = {'layers': [0], 'num_heads': 2} is not supported"),
+    ({"attn": {"layers": [0], "num_heads": 2, "qk_norm": True}}, "attn: keys unknown to the converter (they may "
+     "change the math): ['qk_norm']"),
+    ({"attn": [{"layers": [0], "num_heads": 2}, 3]}, "attn[1]: expected a dict, got 3"),
+    ({"attn": {"layers": [1], "num_heads": 2}}, "attn.layers: layer 1 is out of range"),
     ({"dtype": "float64"}, "dtype: unknown value 'float64'"),
     ({"expand_k": 0.3}, "expand_k: int(hidden_size * expand_k) = 9 must be a positive multiple of num_heads"),
     ({"ccq": {}}, "'ccq' (a CCQ model has model_type 'ccq_gla')"),
@@ -83,6 +86,12 @@ def test_what_fla_cannot_express_is_refused():
         config_to_fla(get_config("transformer-tiny"))
     with pytest.raises(ValueError, match="gate_low_rank_dim = 8 cannot be saved: fla's GLA layer fixes it at 16"):
         config_to_fla(get_config("gla-tiny", gate_low_rank_dim=8))
+    for name, value in (("rotary_dim", 8), ("output_gate", True)):
+        hybrid = get_config("gdn-tiny", attn=[{"layers": [0], "num_heads": 2}, {"layers": [1], "num_heads": 2, name: value}])
+        with pytest.raises(ValueError, match=re.escape(f"attn[1].{name} = {value!r} cannot be saved in fla's format")):
+            config_to_fla(hybrid)
+    with pytest.raises(ValueError, match="attn: fla's mamba2 has no hybrid form"):
+        config_to_fla(get_config("mamba2-tiny", attn={"layers": [0], "num_heads": 2}))
 
 
 def test_tensor_errors_name_the_tensors(tmp_path):

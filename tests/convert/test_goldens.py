@@ -21,7 +21,8 @@ def _golden(case):
 
 def test_every_kind_of_golden_is_there():
     assert {"gla", "gdn", "ccq-gla", "ccq-gdn", "gla-from-jax", "gdn-from-jax", "kda-gva",
-            "kda-bounded-from-jax"} <= set(GOLDENS)
+            "kda-bounded-from-jax", "gla-hybrid", "gdn-hybrid-window", "gla-hybrid-from-jax", "gdn-hybrid-from-jax",
+            "mamba2", "mamba2-from-jax"} <= set(GOLDENS)
 
 
 @pytest.mark.parametrize("case", GOLDENS)

@@ -27,9 +27,14 @@ pytestmark = pytest.mark.skipif(TORCH_PYTHON is None, reason="set CCQ_TORCH_PYTH
     ("gdn-tiny", ["num_v_heads=4"]),
     ("ccq-gla-tiny", []),
     ("ccq-gdn-tiny", ["tie_word_embeddings=true"]),
+    ("ccq-gla-tiny", ["ccq.lambda_max=0.5", "ccq.gate_bias_init=1.0"]),  # the reference's lambda_max
     ("kda-tiny", ["num_v_heads=4", "allow_neg_eigval=true"]),
     ("kda-tiny", ["safe_gate=true", "lower_bound=-5.0", "use_short_conv=false"]),
     ("mamba2-tiny", []),  # fla's torch_forward on a CPU (its prefill tiles B and C over groups: one group here)
+    # hybrids: fla's Attention with the flash_attn_func stand-in of ccq_jax.torch_reference.cpu (full and windowed)
+    ("gla-hybrid-tiny", ["use_short_conv=true"]),
+    ("gdn-hybrid-tiny", ["num_v_heads=4"]),
+    ("ccq-gdn-tiny", ['attn={"layers": [1], "num_heads": 4, "num_kv_heads": 1, "qkv_bias": true}']),
 ])
 def test_ccq_parity_on_a_cpu(preset, overrides, tmp_path, capsys):
     sets = [x for o in ["initializer_range=0.1", *overrides] for x in ("--set", o)]
