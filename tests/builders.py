@@ -302,6 +302,18 @@ def forward(model, input_ids, segment_ids=None):
     return model(input_ids, segment_ids)
 
 
+def logits_and_grads(model, input_ids, segment_ids):
+    """(logits, the flat state of d mean(sin(logits)) / d params) of `model`, jitted: a loss every logit moves."""
+    graphdef, params, rest = nnx.split(model, nnx.Param, ...)
+
+    def loss(params):
+        logits = nnx.merge(graphdef, params, rest)(input_ids, segment_ids)
+        return jnp.mean(jnp.sin(logits)), logits
+
+    (_, logits), grads = jax.jit(jax.value_and_grad(loss, has_aux=True))(params)
+    return logits, nnx.to_flat_state(grads)
+
+
 def prefill_then_decode(model, input_ids, segment_ids, prompt):
     """Logits [B, T, E] of a prefill of the first `prompt` tokens, then one decode step per token after them: what
     `forward(model, input_ids, segment_ids)` gives (the decoded tokens continue each row's last segment)."""

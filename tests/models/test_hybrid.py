@@ -2,7 +2,6 @@
 and list forms and saved configs, each layer's mixer and fla's parameter names, the scanned layers, decoding equal
 to the forward, generation with per-row prompt lengths, the cache's memory per sequence, FLOPs, and training."""
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -14,7 +13,7 @@ from ccq_jax.layers import Attention, GatedDeltaNet, GatedLinearAttention
 from ccq_jax.models import HybridAttention, config_from_dict, get_config, layer_mixers
 from ccq_jax.models.causal_lm import scan_plan
 from ccq_jax.models.flops import attention_forward_flops, mixer_forward_flops, train_flops_per_token
-from tests.builders import FP32_TOL, HYBRID_CASES as CASES, build, forward, prefill_then_decode, rel_rms, token_ids
+from tests.builders import logits_and_grads, FP32_TOL, HYBRID_CASES as CASES, build, forward, prefill_then_decode, rel_rms, token_ids
 from tests.train.tiny_run import tiny_config
 from train.loop import train
 from train.metrics import read_metrics
@@ -101,14 +100,7 @@ def _logits_and_grads(name, overrides, scan, remat):
     model = build(name, dict(overrides, scan_layers=scan, remat_policy=remat))
     ids = token_ids((2, T))
     segments = jnp.asarray([[0] * 4 + [1] * (T - 4), [3] * T], jnp.int32)
-    graphdef, params, rest = nnx.split(model, nnx.Param, ...)
-
-    def loss(params):
-        logits = nnx.merge(graphdef, params, rest)(ids, segments)
-        return jnp.mean(jnp.sin(logits)), logits
-
-    (_, logits), grads = jax.jit(jax.value_and_grad(loss, has_aux=True))(params)
-    return logits, nnx.to_flat_state(grads)
+    return logits_and_grads(model, ids, segments)
 
 
 @pytest.mark.parametrize("case,remat", [("gla-hybrid", "block"), ("ccq-gdn-hybrid", "elementwise")])

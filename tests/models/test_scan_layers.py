@@ -2,13 +2,11 @@
 layers, for every family, with packed documents, under each remat policy; the parameters keep their per-layer
 paths (checkpoints and fla conversion are unchanged), and a forward with a cache still runs layer by layer."""
 
-import jax
 import jax.numpy as jnp
 import pytest
-from flax import nnx
 
 from ccq_jax.inference import init_cache
-from tests.builders import FP32_TOL, MODEL_CASES, build, packed_segments, rel_rms, token_ids
+from tests.builders import logits_and_grads, FP32_TOL, MODEL_CASES, build, packed_segments, rel_rms, token_ids
 
 T = 24
 
@@ -16,14 +14,7 @@ T = 24
 def _logits_and_grads(name, overrides, scan, remat):
     model = build(name, dict(overrides, num_hidden_layers=3, scan_layers=scan, remat_policy=remat))
     ids, segments = token_ids((2, T)), jnp.asarray(packed_segments(T))
-    graphdef, params, rest = nnx.split(model, nnx.Param, ...)
-
-    def loss(params):
-        logits = nnx.merge(graphdef, params, rest)(ids, segments)
-        return jnp.mean(jnp.sin(logits)), logits
-
-    (_, logits), grads = jax.jit(jax.value_and_grad(loss, has_aux=True))(params)
-    return logits, nnx.to_flat_state(grads)
+    return logits_and_grads(model, ids, segments)
 
 
 @pytest.mark.parametrize("remat", ["elementwise", "block"])
