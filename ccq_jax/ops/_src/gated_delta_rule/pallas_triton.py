@@ -19,7 +19,7 @@ from pallas_kernels import linear_attention_grad as la_grad
 
 from ..dispatch import triton_support
 from ..pallas import step
-from ..pallas.layout import Launch, backbone_inputs, check_chunk, chunk_cumsum, layout, pad, recompute_from
+from ..pallas.layout import Launch, backbone_inputs, check_chunk, chunk_cumsum, floored, layout, pad, recompute_from
 from . import reference
 from .factors import head_factors
 
@@ -115,7 +115,7 @@ delta_rule_vjp.defvjp(vjp_forward, vjp_backward)
 def padded_inputs(q, k, v, g, beta, initial_state, chunk_size, run):
     """(`Padded` inputs, padded g, padded beta) of the gated delta rule on the kernels."""
     inputs = backbone_inputs(q, k, v, initial_state, chunk_size, run.interpret, GPU_MAX_CHUNK)
-    return inputs, pad(g, inputs.length), pad(beta, inputs.length)
+    return inputs, pad(floored(g), inputs.length), pad(beta, inputs.length)
 
 
 def with_passes(passes):

@@ -88,8 +88,9 @@ def floored(g):
 
 
 def chunk_cumsum(g, chunk):
-    """Inclusive cumsum of the (`floored`) log gates inside each chunk, fp32 ([B, Tp, H, *])."""
-    return jnp.cumsum(per_chunk(floored(g), chunk), axis=2).reshape(g.shape)
+    """Inclusive cumsum of the log gates inside each chunk, fp32 ([B, Tp, H, *]). The ops' gates reach it `floored`;
+    the CCQ read's all-zero gates do not (a floor on a constant made XLA fold the whole cumsum: minutes to compile)."""
+    return jnp.cumsum(per_chunk(g.astype(f32), chunk), axis=2).reshape(g.shape)
 
 
 def recompute_from(residuals):
