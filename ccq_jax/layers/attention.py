@@ -42,6 +42,7 @@ from ccq_jax.layers.cache import KVCache
 from ccq_jax.layers.params import linear
 from ccq_jax.layers.shapes import split_heads
 from ccq_jax.ops import SDPA_IMPLS, OpsAxes, attention, doc_ids, sharding
+from ccq_jax.ops.internals import visible
 
 
 def attention_head_dim(hidden_size, num_heads, num_kv_heads=None, rotary_dim=None, *, prefix="") -> int:
@@ -78,14 +79,6 @@ def rotary(x: jax.Array, positions: jax.Array, theta: float, dim: int | None = N
     cos, sin = jnp.cos(angle), jnp.sin(angle)
     x1, x2 = jnp.split(x.astype(jnp.float32), 2, axis=-1)
     return jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1).astype(x.dtype)
-
-
-def _visible(gap, query_docs, key_docs, window):
-    """[B, 1, Tq, Tk] mask: the query sees the key where `gap` [Tq, Tk] (the query's index in the stream minus the
-    key's) is in [0, window) (`window` None: >= 0) and their documents (`query_docs` [B, Tq], `key_docs` [B, Tk])
-    are the same."""
-    seen = gap >= 0 if window is None else (gap >= 0) & (gap < window)
-    return (seen & (key_docs[:, None, :] == query_docs[:, :, None]))[:, None]
 
 
 def _doc_positions(docs):
@@ -190,7 +183,7 @@ class Attention(nnx.Module):
             q, k = (rotary(a, own(_doc_positions(docs)), self.rope_theta, self.rotary_dim) for a in (q, k))
             k, v = (jax.lax.all_gather(a, axis, axis=1, tiled=True) for a in (k, v))
             gap = (start + jnp.arange(t))[:, None] - jnp.arange(docs.shape[1])[None, :]
-            return self._attend(q, k, v, _visible(gap, own(docs), docs, window))
+            return self._attend(q, k, v, visible(gap, own(docs), docs, window))
 
         token = P(rows, axis, heads)
         ids = None if segment_ids is None else P(rows, axis)
@@ -203,9 +196,8 @@ class Attention(nnx.Module):
         k = jax.lax.dynamic_update_slice(cache.key, k.astype(cache.key.dtype), at)
         v = jax.lax.dynamic_update_slice(cache.value, v.astype(cache.value.dtype), at)
         slot_doc = jax.lax.dynamic_update_slice(cache.slot_doc, docs.astype(jnp.int32), (0, cache.index))
-        query_slot = cache.index + jnp.arange(t)
-        causal = jnp.arange(k.shape[1])[None, :] <= query_slot[:, None]  # [T, S]
-        mask = (causal & (slot_doc[:, None, :] == docs[:, :, None]))[:, None]  # [B, 1, T, S]
+        gap = (cache.index + jnp.arange(t))[:, None] - jnp.arange(k.shape[1])[None, :]  # [T, S]: query slot - slot
+        mask = visible(gap, docs, slot_doc, None)
         return self._attend(q, k, v, mask), KVCache(k, v, slot_doc, cache.index + t, cache.position, cache.doc)
 
     def _attend_window(self, q, k, v, docs, cache):
@@ -216,7 +208,7 @@ class Attention(nnx.Module):
         slot_time = cache.index - 1 - (cache.index - 1 - jnp.arange(slots)) % slots  # last token written there
         gap = times[:, None] - jnp.concatenate([slot_time, times])[None, :]  # [T, S + T]
         key_doc = jnp.concatenate([cache.slot_doc, docs], axis=1)  # [B, S + T] (-1: a slot never written)
-        mask = _visible(gap, docs, key_doc, self.window_size)
+        mask = visible(gap, docs, key_doc, self.window_size)
         keys = jnp.concatenate([cache.key, k.astype(cache.key.dtype)], axis=1)
         values = jnp.concatenate([cache.value, v.astype(cache.value.dtype)], axis=1)
         o = self._attend(q, keys, values, mask)

@@ -28,7 +28,7 @@ from ccq_jax import checks as check
 from ccq_jax.layers.ccq import CCQConfig
 from ccq_jax.layers.gated_deltanet import DT_FLOOR, DT_MAX, DT_MIN, gdn_dims, qk_heads
 from ccq_jax.layers.kernel_policy import KernelPolicy
-from ccq_jax.layers.norm import SigmoidGatedRMSNorm
+from ccq_jax.layers.norm import GatedRMSNorm
 from ccq_jax.layers.params import inverse_softplus_dt, linear, log_uniform_a, param
 from ccq_jax.layers.recurrent import RecurrentMixer
 from ccq_jax.layers.remat import maybe_recomputed
@@ -79,7 +79,7 @@ class ChannelDecayMixer(RecurrentMixer):
                              ("heads",), kw["param_dtype"])
         self.g_proj = nnx.List([linear(hidden_size, d.head_v_dim, ("embed", None), **kw),
                                 linear(d.head_v_dim, d.value_dim, (None, "heads"), use_bias=True, **kw)])
-        self.o_norm = SigmoidGatedRMSNorm(d.head_v_dim, eps=norm_eps, dtype=kw["dtype"],
+        self.o_norm = GatedRMSNorm(d.head_v_dim, activation="sigmoid", eps=norm_eps, dtype=kw["dtype"],
                                           param_dtype=kw["param_dtype"], axis="kv", recompute=recompute)
         self.o_proj = linear(d.value_dim, hidden_size, ("heads", "embed"), **kw)
         conv = (d.key_dim, d.key_dim, d.value_dim) if use_short_conv else None

@@ -26,16 +26,24 @@ def rms_norm(x, weight, eps, dtype):
     return _rms_normalize(x, weight, eps).astype(dtype)
 
 
+def _gated(x, gate, weight, eps, dtype, activation):
+    """rms_norm(x) * activation(gate), computed in fp32, returned in `dtype`."""
+    return (_rms_normalize(x, weight, eps) * activation(gate.astype(jnp.float32))).astype(dtype)
+
+
 @functools.partial(jax.checkpoint, static_argnums=(3, 4))
 def gated_rms_norm(x, gate, weight, eps, dtype):
     """fla's FusedRMSNormGated (swish): rms_norm(x) * silu(gate), computed in fp32, returned in `dtype`."""
-    return (_rms_normalize(x, weight, eps) * jax.nn.silu(gate.astype(jnp.float32))).astype(dtype)
+    return _gated(x, gate, weight, eps, dtype, jax.nn.silu)
 
 
 @functools.partial(jax.checkpoint, static_argnums=(3, 4))
 def sigmoid_gated_rms_norm(x, gate, weight, eps, dtype):
     """fla's FusedRMSNormGated with activation="sigmoid": rms_norm(x) * sigmoid(gate), fp32, returned in `dtype`."""
-    return (_rms_normalize(x, weight, eps) * jax.nn.sigmoid(gate.astype(jnp.float32))).astype(dtype)
+    return _gated(x, gate, weight, eps, dtype, jax.nn.sigmoid)
+
+
+GATED_NORMS = {"swish": gated_rms_norm, "sigmoid": sigmoid_gated_rms_norm}  # fla's FusedRMSNormGated activations
 
 
 @functools.partial(jax.checkpoint, static_argnums=(3, 4, 5, 6))
@@ -71,19 +79,17 @@ class RMSNorm(nnx.Module):
 
 
 class GatedRMSNorm(RMSNorm):
-    """fla's `FusedRMSNormGated` (swish): rmsnorm(x) * weight * silu(gate), in fp32."""
+    """fla's `FusedRMSNormGated`: rmsnorm(x) * weight * act(gate), in fp32; `activation` "swish" (fla's default) or
+    "sigmoid" (KDA's and Gated DeltaNet-2's o_norm)."""
+
+    def __init__(self, num_features: int, *, activation: str = "swish", **kwargs):
+        if activation not in GATED_NORMS:
+            raise ValueError(f"activation: expected one of {list(GATED_NORMS)}, got {activation!r}")
+        super().__init__(num_features, **kwargs)
+        self.activation = activation
 
     def __call__(self, x: jax.Array, gate: jax.Array) -> jax.Array:
-        norm = maybe_recomputed(gated_rms_norm, self.recompute)
-        return norm(x, gate, self.weight[...], self.eps, self.dtype or x.dtype)
-
-
-class SigmoidGatedRMSNorm(RMSNorm):
-    """fla's `FusedRMSNormGated(activation="sigmoid")` (KDA's and GDN-2's o_norm): rmsnorm(x) * weight *
-    sigmoid(gate), in fp32."""
-
-    def __call__(self, x: jax.Array, gate: jax.Array) -> jax.Array:
-        norm = maybe_recomputed(sigmoid_gated_rms_norm, self.recompute)
+        norm = maybe_recomputed(GATED_NORMS[self.activation], self.recompute)
         return norm(x, gate, self.weight[...], self.eps, self.dtype or x.dtype)
 
 

@@ -2,6 +2,8 @@
 stays private (the private-name house rule guards it) and every such reach is visible in one list. Not the public
 API (`ccq_jax.ops`): these names may change with the code behind them.
 
+  layers     `visible`, the attention mask of stream gaps and documents (`_src/attention`), which the attention
+             layer's cache and context-parallel paths build their explicit masks with
   models     `head_logits` (the LM head, `_src/lm_head`; `HEAD_IMPLS`, `MAX_ROWS`) and `in_range` (the ops' value
              check, which `ccq_jax.ops.checked` also runs inside jit)
   tests      `dispatch` (`Call`, `choose`) and `TABLES`, each op's table of implementations (`api.IMPLEMENTATIONS`)
@@ -11,6 +13,7 @@ API (`ccq_jax.ops`): these names may change with the code behind them.
 """
 
 from ._src import dispatch
+from ._src.attention.api import visible
 from ._src.ccq_gated_delta_rule import api as ccq_gated_delta_rule_api
 from ._src.ccq_generalized_delta_rule import api as ccq_generalized_delta_rule_api
 from ._src.ccq_gla import api as ccq_gla_api
@@ -30,4 +33,4 @@ TABLES = {"gla": gla_api.IMPLEMENTATIONS, "gated_delta_rule": gated_delta_rule_a
           "ccq_generalized_delta_rule": ccq_generalized_delta_rule_api.IMPLEMENTATIONS}
 
 __all__ = ["HEAD_IMPLS", "MAX_ROWS", "TABLES", "chunk_cumsum", "dispatch", "head_factors", "head_logits", "in_range",
-           "layout", "pair_decays", "pair_products", "per_chunk"]
+           "layout", "pair_decays", "pair_products", "per_chunk", "visible"]

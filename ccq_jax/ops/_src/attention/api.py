@@ -20,6 +20,14 @@ from . import pallas_mosaic_tpu
 SDPA_IMPLS = (None, "xla", "cudnn", "splash")
 
 
+def visible(gap, query_docs, key_docs, window):
+    """[B, 1, Tq, Tk] mask: the query sees the key where `gap` [Tq, Tk] (the query's index in the stream minus the
+    key's) is in [0, window) (`window` None: >= 0) and their documents (`query_docs` [B, Tq], `key_docs` [B, Tk])
+    are the same."""
+    seen = gap >= 0 if window is None else (gap >= 0) & (gap < window)
+    return (seen & (key_docs[:, None, :] == query_docs[:, :, None]))[:, None]
+
+
 def attention(q, k, v, *, segment_ids=None, window=None, mask=None, impl=None, interpret=None, axes=None):
     """Causal softmax attention of q over k, v (see the module docstring) -> o [B, T, H, D] in q's dtype."""
     if impl not in SDPA_IMPLS:
@@ -42,7 +50,7 @@ def attention(q, k, v, *, segment_ids=None, window=None, mask=None, impl=None, i
     if mask is None and segment_ids is not None:
         b, t = q.shape[:2]
         docs = doc_ids(segment_ids, b, t)
-        mask = (jnp.tril(jnp.ones((t, t), bool)) & (docs[:, :, None] == docs[:, None, :]))[:, None]
+        mask = visible(jnp.arange(t)[:, None] - jnp.arange(t)[None, :], docs, docs, None)
     return jax.nn.dot_product_attention(q, k, v, mask=mask, is_causal=mask is None,
                                         local_window_size=None if window is None else (window - 1, 0),
                                         implementation=impl)
