@@ -134,3 +134,16 @@ def call_of(*inputs, chunk_size, interpret):
         raise ValueError(f"interpret: expected None, True or False, got {interpret!r}")
     return Call(platform=jax.default_backend(), interpret=interpret, dtype=jax.numpy.result_type(*inputs),
                 key_width=inputs[0].shape[-1], value_width=inputs[-1].shape[-1], chunk_size=chunk_size)
+
+
+def call_backbone(op, table, inputs, dims, *, scale, initial_state, output_final_state, segment_ids, impl,
+                  chunk_size, config, interpret, axes):
+    """A backbone op (`gla`, `gated_delta_rule`, `generalized_delta_rule`) on validated inputs (q, k, v, then its
+    gates) of dims (B, T, H, K, V): the rest validated, the implementation chosen from `table`, the final state kept
+    as asked. Returns (o, final_state or None)."""
+    b, t, h, dk, dv = dims
+    call = call_of(*inputs[:3], chunk_size=chunk_size, interpret=interpret)
+    fn, options = prepare(op, table, impl, call, static=("scale",), config=config, axes=axes)
+    o, final = fn(*inputs, scale=validate.scale(scale, dk), initial_state=validate.state(initial_state, b, h, dk, dv),
+                  docs=validate.documents(segment_ids, b, t), **options)
+    return o, (final if output_final_state else None)

@@ -46,11 +46,8 @@ def generalized_delta_rule(q, k, v, g, a, *, scale=None, initial_state=None, out
     axes: the mesh axes the op splits over under the current mesh (`ccq_jax.ops.OpsAxes`; None: none, the op
     runs as it is whatever the mesh).
     """
-    q, k, v, g, a, (b, t, h, dk, dv) = validate.generalized_inputs(q, k, v, g, a)
-    call = dispatch.call_of(q, k, v, chunk_size=chunk_size, interpret=interpret)
-    fn, options = dispatch.prepare("generalized_delta_rule", IMPLEMENTATIONS, impl, call, static=("scale",),
-                                   config=config, axes=axes)
-    o, final = fn(q, k, v, g, a, scale=validate.scale(scale, dk),
-                  initial_state=validate.state(initial_state, b, h, dk, dv), docs=validate.documents(segment_ids, b, t),
-                  **options)
-    return o, (final if output_final_state else None)
+    q, k, v, g, a, dims = validate.generalized_inputs(q, k, v, g, a)
+    return dispatch.call_backbone("generalized_delta_rule", IMPLEMENTATIONS, (q, k, v, g, a), dims, scale=scale,
+                                  initial_state=initial_state, output_final_state=output_final_state,
+                                  segment_ids=segment_ids, impl=impl, chunk_size=chunk_size, config=config,
+                                  interpret=interpret, axes=axes)

@@ -41,11 +41,8 @@ def gla(q, k, v, g, *, scale=None, initial_state=None, output_final_state=False,
     axes: the mesh axes the op splits over under the current mesh (`ccq_jax.ops.OpsAxes`; None: none, the op
     runs as it is whatever the mesh).
     """
-    q, k, v, g, (b, t, h, dk, dv) = validate.gla_inputs(q, k, v, g)
-    call = dispatch.call_of(q, k, v, chunk_size=chunk_size, interpret=interpret)
-    fn, options = dispatch.prepare("gla", IMPLEMENTATIONS, impl, call, static=("scale",), config=config,
-                                  axes=axes)
-    o, final = fn(q, k, v, g, scale=validate.scale(scale, dk), initial_state=validate.state(initial_state, b, h, dk,
-                  dv),
-                  docs=validate.documents(segment_ids, b, t), **options)
-    return o, (final if output_final_state else None)
+    q, k, v, g, dims = validate.gla_inputs(q, k, v, g)
+    return dispatch.call_backbone("gla", IMPLEMENTATIONS, (q, k, v, g), dims, scale=scale,
+                                  initial_state=initial_state, output_final_state=output_final_state,
+                                  segment_ids=segment_ids, impl=impl, chunk_size=chunk_size, config=config,
+                                  interpret=interpret, axes=axes)
