@@ -79,3 +79,15 @@ def test_refusals(monkeypatch):
     monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
     with pytest.raises(ValueError, match="sdpa_impl: 'splash' is a TPU kernel and does not run on platform 'gpu'"):
         ops.attention(q, q, q, impl="splash")
+
+
+def test_attention_refuses_shapes_and_windows_by_name():
+    q = jnp.zeros((1, 16, 4, 8))
+    with pytest.raises(ValueError, match=r"q, k, v: expected \[B, T, H, D\] and two \[B, T, Hkv, D\] .* with Hkv "
+                                         r"dividing H, got \(1, 16, 4, 8\), \(1, 16, 3, 8\), \(1, 16, 3, 8\)"):
+        ops.attention(q, q[:, :, :3], q[:, :, :3])
+    with pytest.raises(ValueError, match=r"q, k, v: expected .*got \(1, 16, 4, 8\), \(1, 16, 4, 8\), \(1, 8, 4, 8\)"):
+        ops.attention(q, q, q[:, :8])
+    for window in (0, 2.5, True):
+        with pytest.raises(ValueError, match=rf"window: expected a positive int or None, got {window!r}"):
+            ops.attention(q, q, q, window=window)
