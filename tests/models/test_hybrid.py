@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from ccq_jax.convert import config_to_fla
 from ccq_jax.inference import cache_bytes_per_sequence, generate
 from ccq_jax.layers import Attention, GatedDeltaNet, GatedLinearAttention
 from ccq_jax.models import HybridAttention, config_from_dict, get_config, layer_mixers
@@ -81,11 +80,6 @@ def test_each_layer_gets_its_mixer_and_fla_s_parameter_names():
     assert not any(n.startswith("layers.3.attn.ccq") for n in names)
     assert {type(layer.attn) for layer in build(*CASES["ccq-gdn-hybrid"]).layers} == {GatedDeltaNet, Attention}
     assert model(token_ids((2, 5))).shape == (2, 5, 256)
-
-
-def test_fla_export_refuses_a_hybrid():
-    with pytest.raises(ValueError, match=r"config: attn: hybrid models \(softmax attention on layers \[1, 3\]\)"):
-        config_to_fla(get_config("gla-hybrid-tiny"))
 
 
 def test_scan_plan():
