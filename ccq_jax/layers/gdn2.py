@@ -38,7 +38,7 @@ class GatedDeltaNet2(ChannelDecayMixer):
         self.allow_neg_eigval = allow_neg_eigval
         kw = dict(std=initializer_range, rngs=rngs, dtype=dtype, param_dtype=param_dtype)
         self._setup_channel_decay(
-            hidden_size, owner="GatedDeltaNet2 (GDN-2)", num_heads=num_heads, head_dim=head_dim, expand_v=expand_v,
+            hidden_size, num_heads=num_heads, head_dim=head_dim, expand_v=expand_v,
             num_v_heads=num_v_heads, decay_heads=lambda d: num_heads, use_short_conv=use_short_conv,
             conv_size=conv_size, norm_eps=norm_eps, zero_a_log=False, ccq=ccq, kernel=kernel, recompute=recompute,
             kw=kw)

@@ -13,8 +13,8 @@ Parameter paths match fla 0.6's state_dict names (`q_proj`, `k_proj`, `v_proj`, 
 `f_proj.1`, `b_proj`, `A_log [HV]`, `dt_bias [HV*K]`, `g_proj.0`, `g_proj.1` (with bias), `o_norm`, `o_proj`), plus
 `ccq.weight`, `ccq.bias`. `safe_gate` is fla's kernel hint (gates in [lower_bound, 0)): it needs `lower_bound` and
 starts A_log at zero; the math is the bounded gate's. `ChannelDecayMixer` is what KDA and Gated DeltaNet-2
-(`ccq_jax.layers.gdn2`) share: both read through the generalized delta rule's XLA forms (no kernels yet), so their
-`KernelPolicy` must pick "chunk", "recurrent" or "scan".
+(`ccq_jax.layers.gdn2`) share: both read through the generalized delta rule, whose kernels are Mosaic TPU's
+(`kernel.impl="pallas"` runs them on a TPU, interpreted on a CPU; a GPU has none yet and the op says so).
 """
 
 import functools
@@ -60,10 +60,9 @@ class ChannelDecayMixer(RecurrentMixer):
     """KDA's and GDN-2's shared parts: q/k/v projections and short convs, the low-rank decay projection `f_proj`
     with `A_log` and `dt_bias`, the low-rank output gate `g_proj`, the sigmoid-gated `o_norm`, `o_proj`."""
 
-    def _setup_channel_decay(self, hidden_size, *, owner, num_heads, head_dim, expand_v, num_v_heads, decay_heads,
+    def _setup_channel_decay(self, hidden_size, *, num_heads, head_dim, expand_v, num_v_heads, decay_heads,
                              use_short_conv, conv_size, norm_eps, zero_a_log, ccq, kernel, recompute, kw):
-        """owner: the layer, as errors name it; decay_heads: the heads of the decay from the dims (KDA: the value
-        heads; GDN-2: the query/key heads); kw: `linear`'s std, rngs, dtype and param_dtype."""
+        """decay_heads: the heads of the decay from the dims (KDA: the value heads; GDN-2: the query/key heads); kw: `linear`'s std, rngs, dtype and param_dtype."""
         d = gdn_dims(num_heads, head_dim, expand_v, num_v_heads)
         self.num_heads, self.head_dim, self.dims = num_heads, head_dim, d
         heads = decay_heads(d)
@@ -80,12 +79,11 @@ class ChannelDecayMixer(RecurrentMixer):
         self.g_proj = nnx.List([linear(hidden_size, d.head_v_dim, ("embed", None), **kw),
                                 linear(d.head_v_dim, d.value_dim, (None, "heads"), use_bias=True, **kw)])
         self.o_norm = GatedRMSNorm(d.head_v_dim, activation="sigmoid", eps=norm_eps, dtype=kw["dtype"],
-                                          param_dtype=kw["param_dtype"], axis="kv", recompute=recompute)
+                                   param_dtype=kw["param_dtype"], axis="kv", recompute=recompute)
         self.o_proj = linear(d.value_dim, hidden_size, ("heads", "embed"), **kw)
         conv = (d.key_dim, d.key_dim, d.value_dim) if use_short_conv else None
         self._setup(state_heads=d.num_v_heads, head_k_dim=head_dim, head_v_dim=d.head_v_dim, conv_channels=conv,
                     conv_size=conv_size, ccq=ccq, kernel=kernel, recompute=recompute, **kw)
-        kernel.references_only(owner)
 
     def _output_gate(self, x):
         return self.g_proj[1](self.g_proj[0](x))
@@ -112,8 +110,8 @@ class KimiDeltaAttention(ChannelDecayMixer):
         self.allow_neg_eigval, self.safe_gate, self.lower_bound = allow_neg_eigval, safe_gate, lower_bound
         kw = dict(std=initializer_range, rngs=rngs, dtype=dtype, param_dtype=param_dtype)
         self._setup_channel_decay(
-            hidden_size, owner="KimiDeltaAttention (KDA)", num_heads=num_heads, head_dim=head_dim,
-            expand_v=expand_v, num_v_heads=num_v_heads, decay_heads=lambda d: d.num_v_heads,
+            hidden_size, num_heads=num_heads, head_dim=head_dim, expand_v=expand_v, num_v_heads=num_v_heads,
+            decay_heads=lambda d: d.num_v_heads,
             use_short_conv=use_short_conv, conv_size=conv_size, norm_eps=norm_eps, zero_a_log=safe_gate, ccq=ccq,
             kernel=kernel, recompute=recompute, kw=kw)
         self.b_proj = linear(hidden_size, self.dims.num_v_heads, ("embed", "heads"), **kw)

@@ -59,14 +59,6 @@ class KernelPolicy:
         """Whether any of `impls` picks a kernel (not XLA's forms: the references, "xla")."""
         return any(impl not in (*REFERENCES, "xla") for impl in self.impls.values())
 
-    def references_only(self, owner: str) -> None:
-        """ValueError naming the field when `impl` or `decode_impl` picks a kernel: `owner` (a layer, a family) has
-        XLA's forms (`REFERENCES`) only."""
-        for name in ("impl", "decode_impl"):
-            if getattr(self, name) not in REFERENCES:
-                raise ValueError(f"kernel.{name}: {owner} has no kernels yet; use one of XLA's forms "
-                                 f"{list(REFERENCES)}, got {getattr(self, name)!r}")
-
     def read_options(self, tokens: int) -> dict:
         """The ops' keyword options (impl, axes, and chunk_size / interpret where they apply) of a read of `tokens`
         tokens per row: `decode_impl` for one token, `impl` for more; chunk_size goes with `impl`."""

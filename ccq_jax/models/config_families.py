@@ -147,8 +147,8 @@ def _pair(name, values):
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class ChannelDecayConfig(LinearAttentionConfig):
     """What KDA and Gated DeltaNet-2 share (fla's layer defaults: 16 heads of 128, expand_v 1, short convs). Their
-    layers read through the generalized delta rule's XLA forms: kernel.impl and kernel.decode_impl must be one of
-    "chunk", "recurrent", "scan" (no kernels yet)."""
+    layers read through the generalized delta rule: kernel.impl="pallas" runs its Mosaic TPU kernels (a GPU has
+    none yet: the op's ValueError says so at the first call)."""
 
     num_heads: int = 16
     head_dim: int = 128
@@ -160,7 +160,6 @@ class ChannelDecayConfig(LinearAttentionConfig):
     def __post_init__(self):
         super().__post_init__()
         gdn_dims(self.num_heads, self.head_dim, self.expand_v, self.num_v_heads)
-        self.kernel.references_only(f"the {self.family} family")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

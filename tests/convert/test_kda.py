@@ -85,9 +85,3 @@ def test_what_fla_cannot_hold_is_refused(name, message):
 def test_kda_config_errors_name_the_field(fields, message):
     with pytest.raises(ValueError, match=re.escape(message)):
         config_from_fla({"model_type": "kda", **fields})
-
-
-@pytest.mark.parametrize("family", ["kda", "gdn2"])
-def test_kernels_are_refused_by_the_config(family):
-    with pytest.raises(ValueError, match=f"kernel.impl: the {family} family has no kernels yet"):
-        get_config(f"{family}-tiny", **{"kernel.impl": "pallas"})

@@ -1,6 +1,7 @@
 """KimiDeltaAttention (KDA) and GatedDeltaNet2 (GDN-2) against float64 NumPy forwards of fla's layers (gates,
 GVA, short convs, CCQ, documents) and GDN-2 against fla's own layer (goldens), continued through the cache, and
-their refusals by name. (KDA against fla's own model: tests/convert/test_goldens.py.)"""
+their refusals by name; each also through the Mosaic TPU kernels (interpreted on a CPU) against the same NumPy forward.
+(KDA against fla's own model: tests/convert/test_goldens.py.)"""
 
 import jax.numpy as jnp
 import pytest
@@ -15,10 +16,11 @@ from tests.layers import numpy_delta_layers as ref
 TOL = 2e-5  # fp32 layer vs float64 NumPy, as for the other mixers
 CCQ = {"none": None, "learned": CCQConfig(), "fixed": CCQConfig(mode="fixed", fixed_lambda=0.7, centered=False)}
 RECURRENT, CHUNK = KernelPolicy(impl="recurrent"), KernelPolicy(chunk_size=4)
+PALLAS = KernelPolicy(impl="pallas", decode_impl="pallas", chunk_size=16)  # Mosaic TPU's, interpreted here
 
 # (CCQ mode, value heads (GVA), allow_neg_eigval, short convs, lower_bound (safe_gate), documents, kernel)
 KDA_CASES = [("none", None, False, True, None, True, RECURRENT), ("learned", 4, True, True, -5.0, True, CHUNK),
-             ("fixed", 4, False, False, None, False, RECURRENT)]
+             ("fixed", 4, False, False, None, False, RECURRENT), ("learned", 4, False, True, None, True, PALLAS)]
 
 
 @pytest.mark.parametrize("ccq,v_heads,neg,conv,lower_bound,segments,kernel", KDA_CASES)
@@ -35,7 +37,7 @@ def test_kda_layer_matches_numpy(ccq, v_heads, neg, conv, lower_bound, segments,
 
 # (CCQ mode, value heads (GVA), allow_neg_eigval, short convs, documents, kernel)
 GDN2_CASES = [("none", None, False, True, True, RECURRENT), ("learned", 4, True, True, True, CHUNK),
-              ("fixed", 4, False, False, False, RECURRENT)]
+              ("fixed", 4, False, False, False, RECURRENT), ("none", 4, True, True, True, PALLAS)]
 
 
 @pytest.mark.parametrize("ccq,v_heads,neg,conv,segments,kernel", GDN2_CASES)
@@ -66,10 +68,11 @@ def test_layer_matches_fla_own_layer(case, kernel):
 MIXERS = {"kda": KimiDeltaAttention, "gdn2": GatedDeltaNet2}
 
 
+@pytest.mark.parametrize("kernel", [CHUNK, PALLAS], ids=["chunk", "pallas"])
 @pytest.mark.parametrize("mixer", list(MIXERS))
-def test_calls_continued_through_the_cache_equal_one_call(mixer):
-    """Pieces of 9, 1 and 9 tokens through the cache (chunked, then the recurrent step, then chunked) = one pass."""
-    layer = randomize(MIXERS[mixer](D, num_heads=2, head_dim=8, num_v_heads=4, ccq=CCQConfig(), kernel=CHUNK,
+def test_calls_continued_through_the_cache_equal_one_call(mixer, kernel):
+    """Pieces of 9, 1 and 9 tokens through the cache (chunked, then the one-token step, then chunked) = one pass."""
+    layer = randomize(MIXERS[mixer](D, num_heads=2, head_dim=8, num_v_heads=4, ccq=CCQConfig(), kernel=kernel,
                                     rngs=nnx.Rngs(0)))
     x = inputs(3)
     full, _ = call(layer, x, SEGMENTS)
@@ -80,13 +83,6 @@ def test_calls_continued_through_the_cache_equal_one_call(mixer):
         outs.append(y)
         start += size
     assert rel_rms(jnp.concatenate(outs, axis=1), full) < 1e-5
-
-
-@pytest.mark.parametrize("mixer", list(MIXERS))
-@pytest.mark.parametrize("field", ["impl", "decode_impl"])
-def test_kernels_are_refused_naming_the_field(mixer, field):
-    with pytest.raises(ValueError, match=f"kernel.{field}: .* has no kernels yet"):
-        MIXERS[mixer](D, num_heads=2, head_dim=8, kernel=KernelPolicy(**{field: "pallas"}), rngs=nnx.Rngs(0))
 
 
 @pytest.mark.parametrize("kw,match", [(dict(safe_gate=True), "lower_bound: must be set when safe_gate"),

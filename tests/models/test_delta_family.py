@@ -1,5 +1,6 @@
 """The KDA and Gated DeltaNet-2 presets (with and without CCQ) as language models: finite gradients of the LM loss
-under jit, packed rows, prefill + token-by-token decoding equal to the full forward, generation by a split model."""
+under jit, the Mosaic TPU kernels' logits and whole-model gradients equal to the chunk form's, packed rows, prefill +
+token-by-token decoding equal to the full forward, generation by a split model."""
 
 import jax
 import jax.numpy as jnp
@@ -9,7 +10,8 @@ import pytest
 from flax import nnx
 
 from ccq_jax.inference import generate, split_model
-from tests.builders import build, CHUNK_4, forward, INIT, prefill_then_decode, rel_rms, token_ids
+from tests.builders import (build, CHUNK_4, forward, FP32_TOL, INIT, logits_and_grads, prefill_then_decode, rel_rms,
+                            token_ids)
 
 # every preset; GVA (value heads 2x the query/key heads) on the CCQ ones, KDA's bounded gate on one
 CASES = {
@@ -38,6 +40,24 @@ def test_gradients_of_the_lm_loss_are_finite_and_reach_every_parameter(case):
     for path, g in nnx.to_flat_state(grads):
         g = np.asarray(g.value)
         assert np.isfinite(g).all() and np.abs(g).max() > 0, path
+
+
+@pytest.mark.parametrize("case", ["ccq-kda", "gdn2"])
+def test_the_tpu_kernels_give_the_chunk_forms_logits_and_gradients(case):
+    """kernel.impl="pallas" (the Mosaic TPU state pass, interpreted on a CPU) against the XLA chunk form, packed rows
+    and T = 40 over three chunks of 16: every parameter's gradient (one layer: the interpreter is slow)."""
+    name, overrides = CASES[case]
+    overrides = dict(overrides, num_hidden_layers=1)
+    ids = token_ids((2, 40), seed=3)
+    segments = jnp.asarray([[0] * 21 + [1] * 19, [2] * 40], jnp.int32)
+    chunk_logits, chunk_grads = logits_and_grads(build(name, overrides), ids, segments)
+    kernel_logits, kernel_grads = logits_and_grads(
+        build(name, dict(overrides, **{"kernel.impl": "pallas", "kernel.chunk_size": 16})), ids, segments)
+    assert rel_rms(kernel_logits, chunk_logits) < 1e-5
+    assert [path for path, _ in kernel_grads] == [path for path, _ in chunk_grads]
+    for (path, got), (_, want) in zip(kernel_grads, chunk_grads):
+        assert float(jnp.max(jnp.abs(want.get_value()))) > 0, path
+        assert rel_rms(got.get_value(), want.get_value()) < FP32_TOL, path
 
 
 @pytest.mark.parametrize("case", [*CASES, "ccq-kda-hybrid"])

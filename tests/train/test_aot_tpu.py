@@ -10,7 +10,9 @@ from train.aot import TPU_HBM_GIB, compile_run, topology_devices
 from train.runs import load_config
 
 pytestmark = pytest.mark.tpu_aot
-KERNEL_CALLS = {"gla-tiny": 3, "ccq-gdn-tiny": 6}  # per layer: forward, states, backward; CCQ adds the read's
+KERNEL_CALLS = {"gla-tiny": 3, "ccq-gdn-tiny": 6, "gdn2-tiny": 3, "ccq-kda-tiny": 6}
+# per layer: forward, states, backward (the delta rules: the state pass forward, its recompute, its backward); CCQ
+# adds the read's three
 
 
 @pytest.mark.parametrize("model", sorted(KERNEL_CALLS))
