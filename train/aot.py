@@ -61,9 +61,9 @@ def topology_devices(name: str) -> list:
 def for_tpu(model_cfg):
     """The model config with its kernel policy compiled for a TPU (`KernelPolicy.for_tpu`: "pallas" and
     "pallas_mosaic_tpu" run the Mosaic TPU kernels with interpret=False; GPU-only kernels are a ValueError; XLA
-    references stay)."""
+    references stay; splash attention (sdpa_impl="splash") compiled, not interpreted, whatever kernel.impl)."""
     try:
-        return dataclasses.replace(model_cfg, kernel=model_cfg.kernel.for_tpu())
+        return dataclasses.replace(model_cfg, kernel=model_cfg.kernel.for_tpu(splash=model_cfg.sdpa_impl == "splash"))
     except ValueError as err:
         raise ValueError(f"model.{err}") from None
 

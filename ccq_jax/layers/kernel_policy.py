@@ -44,10 +44,15 @@ class KernelPolicy:
         configlib.check_choice("kernel.impl", self.impl, IMPLS)
         configlib.check_choice("kernel.decode_impl", self.decode_impl, IMPLS)
         check.integer("kernel.chunk_size", self.chunk_size, minimum=1, optional=True)
-        if self.interpret is not None and not self.runs_kernels:
+
+    def check_interpret(self, splash: bool) -> None:
+        """ValueError naming kernel.interpret when it is set and nothing it applies to runs: none of `impls` picks a
+        kernel and the model's attention layers are not on splash attention (`splash`: sdpa_impl="splash", whose
+        kernel takes this `interpret`). The model configs call it; they know their sdpa_impl."""
+        if self.interpret is not None and not (self.runs_kernels or splash):
             chosen = ", ".join(f"kernel.{k}={v!r}" for k, v in self.impls.items())
-            raise ValueError(f"kernel.interpret: {chosen} run no kernels; leave kernel.interpret unset (None) or "
-                             f"pick a kernel impl")
+            raise ValueError(f"kernel.interpret: {chosen} run no kernels and sdpa_impl is not 'splash'; leave "
+                             f"kernel.interpret unset (None) or pick a kernel impl")
 
     @property
     def impls(self) -> dict:
@@ -76,11 +81,12 @@ class KernelPolicy:
             return {"impl": "pallas", "interpret": self.interpret}
         return {"impl": "xla", "interpret": None}
 
-    def for_tpu(self) -> "KernelPolicy":
+    def for_tpu(self, splash: bool) -> "KernelPolicy":
         """The policy compiled for a TPU: "pallas" and "pallas_mosaic_tpu" run the Mosaic TPU kernels with
-        interpret=False; XLA's forms stay; GPU-only kernels are a ValueError."""
+        interpret=False; XLA's forms stay (with interpret=False where `splash`: the attention layers' splash kernel
+        compiled, not interpreted); GPU-only kernels are a ValueError."""
         if self.impl in REFERENCES:
-            return self
+            return dataclasses.replace(self, interpret=False) if splash else self
         if self.impl not in ("pallas", TPU_KERNELS):
             raise ValueError(f"kernel.impl: {self.impl!r} has no TPU kernels; use 'pallas', {TPU_KERNELS!r} or "
                              f"'chunk'")

@@ -124,6 +124,7 @@ class LinearAttentionConfig(ModelConfig):
     def __post_init__(self):
         super().__post_init__()
         check_hybrid(self.attn, self.num_hidden_layers, self.hidden_size)
+        self.kernel.check_interpret(splash=self.sdpa_impl == "splash")
         if self.ccq is not None and self.ccq.read != "first_order":
             for name in ("impl", "decode_impl"):
                 if getattr(self.kernel, name) not in REFERENCES:

@@ -35,6 +35,7 @@ class TransformerConfig(ModelConfig):
                                  f"got {getattr(self.kernel, name)!r}")
         attention_head_dim(self.hidden_size, self.num_heads, self.num_kv_heads)
         check.real("rope_theta", self.rope_theta, lo=0, lo_open=True)
+        self.kernel.check_interpret(splash=self.sdpa_impl == "splash")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

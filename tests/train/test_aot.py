@@ -40,6 +40,15 @@ def test_for_tpu_keeps_references_and_refuses_gpu_kernels():
         for_tpu(get_config("gla-tiny", **{"kernel.impl": "pallas_triton"}))
 
 
+@pytest.mark.parametrize("model", ["transformer-tiny", "gdn-hybrid-tiny"])
+def test_for_tpu_compiles_splash_attention_whatever_the_linear_impl(model):
+    """sdpa_impl="splash" takes kernel.interpret: compiled for a TPU it is False, also where the linear reads stay
+    on XLA's chunk form (else the TPU program would hold the interpreter's loops, not the kernel)."""
+    cfg = for_tpu(get_config(model, sdpa_impl="splash"))
+    assert cfg.kernel.impl == get_config(model).kernel.impl and cfg.kernel.interpret is False
+    assert get_config(model, sdpa_impl="splash", **{"kernel.interpret": False}).kernel.interpret is False
+
+
 def test_interpret_is_refused_where_no_impl_runs_kernels():
     with pytest.raises(ValueError, match="kernel.interpret: kernel.impl='chunk', kernel.decode_impl='recurrent', "
                                          "kernel.head_impl='xla' run no kernels"):

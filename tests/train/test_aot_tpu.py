@@ -52,3 +52,16 @@ def test_a_hybrid_train_call_with_splash_attention_compiles_for_a_tpu_topology()
     assert row["compiled"], row.get("error")
     assert row["mesh"]["fsdp"] == 4 and row["fits"]
     assert row["kernel_calls"] == 3 * 3 + 3  # three Gated DeltaNet layers, one attention layer
+
+
+@pytest.mark.parametrize("model", ["transformer-tiny", "gdn-hybrid-tiny"])
+def test_splash_attention_compiles_for_a_tpu_topology_beside_the_chunk_form(model):
+    """sdpa_impl="splash" with the linear reads on XLA's chunk form (kernel.impl left at "chunk"): only the splash
+    kernels (forward, dkv, dq per attention layer) are kernel calls, compiled, not interpreted."""
+    pytest.importorskip("libtpu")
+    (run,) = load_config("smoke", {"model": model, "model_overrides": {"sdpa_impl": "splash"}, "mesh.data": 1,
+                                   "mesh.fsdp": -1, "data.batch_size": 8, "steps_per_call": 2})
+    row = compile_run(run, topology_devices("v5e:2x2"), tpu=True)
+    assert row["compiled"], row.get("error")
+    attention_layers = 2 if model == "transformer-tiny" else 1
+    assert row["kernel_calls"] == 3 * attention_layers and row["fits"]
