@@ -5,7 +5,8 @@
 #   bash benchmarks/gpu_suite.sh STAGE OUTDIR     (from the repository root; fla's two wheels in .whl/)
 #
 #   check    GPU 0: the full-size Pallas tests; GPU 1: 1.3B parity, fp32 (IEEE) then bf16, gla beside gdn
-#   kernels  GPU 0: benchmarks/kernels.py (ours, then fla) at T = 4096 and 16384; GPU 1 then: fla's and our kernels one by one
+#   kernels  GPU 0: benchmarks/kernels.py (ours, then fla) at T = 4096 and 16384, then KDA against chunk_kda at 4096;
+#            GPU 1 then: fla's and our kernels one by one
 #   train    our 1.3B presets, one process each, at the same time, the first on GPU 0 and the second on GPU 1
 #            (PRESETS, default "ccq-gla-1.3b gla-1.3b"; then PRESETS="ccq-gdn-1.3b gdn-1.3b": a GDN preset took
 #            about 4.5 minutes, mostly compiling: 2 min 40 s the initialisation, 1 min the step; TRAIN_ARGS, e.g.
@@ -47,6 +48,7 @@ check)
   wait; tail -3 "$OUT/gpu_tests.log"; for f in "$OUT"/parity-*.log; do echo "$f"; tail -7 "$f"; done ;;
 kernels)
   on 0 python3 benchmarks/kernels.py --seqlens 4096 16384 --impls pallas --out "$OUT/kernels.json"
+  on 0 python3 benchmarks/kernels.py --families kda --seqlens 4096 --impls pallas chunk --out "$OUT/kernels-kda.json"
   for who in fla ours; do on 1 python3 -m benchmarks.kernel_profile --who $who >> "$OUT/kernel_profile.md" 2>&1; done
   cat "$OUT/kernel_profile.md" ;;
 train)

@@ -9,7 +9,7 @@ Run on the GPU machine, with fla's wheels installed there (docs/benchmarks.md sa
     python3 benchmarks/kernels.py --breakdown                 # each Pallas kernel alone, several tile sizes
 
 Shapes follow fla's 1.3B configs (B = 4, bf16 q/k/v, fp32 gates): GLA H=4, K=256, V=512;
-Gated DeltaNet H=6, K=256, V=512. "fwd+bwd" is the forward pass (its output returned) plus
+Gated DeltaNet H=6, K=256, V=512; KDA (`--families kda`, against fla's chunk_kda) H=16, K=V=128. "fwd+bwd" is the forward pass (its output returned) plus
 the gradients of every input. Times are per call: fla's by `triton.testing.do_bench` (CUDA
 events), ours by the wall clock over `--reps` calls queued back to back (one wait at the end,
 median of 5 rounds); peak memory is XLA's compiled buffer total (arguments, outputs,
@@ -39,8 +39,9 @@ from pallas_kernels import linear_attention as la  # noqa: E402
 from pallas_kernels import linear_attention_grad as la_grad  # noqa: E402
 from pallas_kernels.tiles import DEFAULT_CONFIG, KernelConfig  # noqa: E402
 
-SHAPES = {"gla": dict(H=4, K=256, V=512), "gdn": dict(H=6, K=256, V=512)}
-OURS = {"gla": ("gla", "ccq_gla"), "gdn": ("gated_delta_rule", "ccq_gated_delta_rule")}
+SHAPES = {"gla": dict(H=4, K=256, V=512), "gdn": dict(H=6, K=256, V=512), "kda": dict(H=16, K=128, V=128)}
+OURS = {"gla": ("gla", "ccq_gla"), "gdn": ("gated_delta_rule", "ccq_gated_delta_rule"), "kda": ("kda", "ccq_kda")}
+FLA = {"gla": "chunk_gla", "gdn": "chunk_gated_delta_rule", "kda": "chunk_kda"}
 
 
 def bench_inputs(family, B, T, seed=0, shape=None):
@@ -55,10 +56,10 @@ def bench_inputs(family, B, T, seed=0, shape=None):
              lam=rng.uniform(0, 1, (B, T, H)).astype(np.float32))
     if family == "gla":
         x["g"] = logsig(normal(B, T, H, K) + 3.0).astype(np.float32)
-    else:
+    else:  # the delta rules: unit q and k, a gate per head (KDA: per channel), beta
         unit = lambda a: a / np.linalg.norm(a, axis=-1, keepdims=True)
         x["q"], x["k"] = unit(x["q"]), unit(x["k"])
-        x["g"] = logsig(normal(B, T, H) + 3.0).astype(np.float32)
+        x["g"] = logsig(normal(B, T, H, *([K] if family == "kda" else [])) + 3.0).astype(np.float32)
         x["beta"] = rng.uniform(0, 1, (B, T, H)).astype(np.float32)
     return x
 
@@ -71,6 +72,7 @@ def fla_call(family, x):
     import fla.ops.common.chunk_o as chunk_o
     from fla.ops.gated_delta_rule import chunk_gated_delta_rule
     from fla.ops.gla import chunk_gla
+    from fla.ops.kda import chunk_kda
 
     chunk_o.IS_NVIDIA_HOPPER = False
     t = lambda a, dt=torch.bfloat16: torch.tensor(a, device="cuda").to(dt).requires_grad_()
@@ -80,7 +82,8 @@ def fla_call(family, x):
     if family == "gla":
         return (lambda: chunk_gla(q, k, v, g)[0]), do
     beta = t(x["beta"])
-    return (lambda: chunk_gated_delta_rule(q, k, v, g, beta)[0]), do
+    op = chunk_kda if family == "kda" else chunk_gated_delta_rule
+    return (lambda: op(q, k, v, g, beta)[0]), do
 
 
 def time_fla(family, x, reps):
@@ -107,7 +110,8 @@ def ours_fn(op_name, impl, grad, chunk=None):
     op = getattr(ops, op_name)
 
     def forward(q, k, v, g, beta, lam):
-        args = [q, k, v, g] + ([beta] if "delta" in op_name else []) + ([lam] if op_name.startswith("ccq") else [])
+        delta = "delta" in op_name or "kda" in op_name
+        args = [q, k, v, g] + ([beta] if delta else []) + ([lam] if op_name.startswith("ccq") else [])
         return op(*args, impl=impl, chunk_size=chunk)[0]
 
     if not grad:
@@ -311,6 +315,8 @@ def main():
     ap.add_argument("--kernels", nargs="+", help="breakdown: time only the kernels whose names contain one of these")
     ap.add_argument("--shape", help="breakdown: H,K,V for every family in place of its own (the 100m GLA: 3,128,256)")
     a = ap.parse_args()
+    if a.breakdown and "kda" in a.families:
+        ap.error("--families: the breakdown times GLA's and Gated DeltaNet's kernels; leave kda out of it")
     if a.breakdown:
         configs = [(["default"] * 3 if c == "default" else c.split("/") + ["default"])[:3] for c in a.tilings]
         configs = [tuple(int(x) if x != "default" else x for x in c) for c in configs]
@@ -332,7 +338,7 @@ def main():
                     rows.append(dict(T=T, family=family, what=label, **r))
                     print(rows[-1], flush=True)
             if not a.no_fla:  # last: fla's Triton autotuning takes minutes on a fresh machine
-                name = f"fla chunk_{'gla' if family == 'gla' else 'gated_delta_rule'}"
+                name = f"fla {FLA[family]}"
                 rows.append(dict(T=T, family=family, what=name, **time_fla(family, x, a.reps)))
                 print(rows[-1], flush=True)
     json.dump(rows, open(a.out, "w"), indent=1)

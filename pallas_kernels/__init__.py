@@ -15,6 +15,7 @@ custom VJPs and the choice between compiling and interpreting stay in the ops' b
   gla_tpu           GLA's chunked forward and backward in Mosaic TPU (with no gate: the CCQ covariance read)
   delta_tpu         the delta rules' state pass across chunks in Mosaic TPU (decay per head or per key row), and
                     its backward
+  delta_pass        the same state pass and backward on Triton (the generalized delta rule's GPU kernels)
   tpu               what the Mosaic TPU kernels share (precision, grid semantics, interpret mode, cost estimate)
   tiles             in-kernel helpers, `KernelConfig`, and the one place Triton kernels are launched
 """

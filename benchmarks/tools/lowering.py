@@ -55,10 +55,12 @@ def lowered_kernels(op, dtype, impl="pallas", tokens=128):
             f32 = jnp.float32
             args = {"q": spec(B, T, H, K), "k": spec(B, T, H, K), "v": spec(B, T, H, V),
                     "g": spec(B, T, H, K, d=f32), "g_head": spec(B, T, H, d=f32), "beta": spec(B, T, H, d=f32),
-                    "lam": spec(B, T, H, d=f32)}
+                    "lam": spec(B, T, H, d=f32), "a": spec(B, T, H, K)}
             names = {"gla": ["q", "k", "v", "g"], "gated_delta_rule": ["q", "k", "v", "g_head", "beta"],
                      "ccq_query": ["q", "k", "lam"], "ccq_gla": ["q", "k", "v", "g", "lam"],
-                     "ccq_gated_delta_rule": ["q", "k", "v", "g_head", "beta", "lam"]}[op]
+                     "ccq_gated_delta_rule": ["q", "k", "v", "g_head", "beta", "lam"],
+                     "generalized_delta_rule": ["q", "k", "v", "g", "a"],
+                     "ccq_generalized_delta_rule": ["q", "k", "v", "g", "a", "lam"]}[op]
             loss = lambda *x: jnp.sum(jnp.square(getattr(ops, op)(*x, impl=impl, interpret=False)[0].astype(f32)))
             traced = jax.jit(jax.grad(loss, argnums=tuple(range(len(names)))))
             inputs = tuple(args[n] for n in names)

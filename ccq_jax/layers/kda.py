@@ -13,8 +13,8 @@ Parameter paths match fla 0.6's state_dict names (`q_proj`, `k_proj`, `v_proj`, 
 `f_proj.1`, `b_proj`, `A_log [HV]`, `dt_bias [HV*K]`, `g_proj.0`, `g_proj.1` (with bias), `o_norm`, `o_proj`), plus
 `ccq.weight`, `ccq.bias`. `safe_gate` is fla's kernel hint (gates in [lower_bound, 0)): it needs `lower_bound` and
 starts A_log at zero; the math is the bounded gate's. `ChannelDecayMixer` is what KDA and Gated DeltaNet-2
-(`ccq_jax.layers.gdn2`) share: both read through the generalized delta rule, whose kernels are Mosaic TPU's
-(`kernel.impl="pallas"` runs them on a TPU, interpreted on a CPU; a GPU has none yet and the op says so).
+(`ccq_jax.layers.gdn2`) share: both read through the generalized delta rule, whose `kernel.impl="pallas"` is its
+state pass on Triton on a GPU (interpreted on a CPU) and on Mosaic TPU on a TPU, the chunk factors XLA's.
 """
 
 import functools

@@ -148,8 +148,8 @@ def _pair(name, values):
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class ChannelDecayConfig(LinearAttentionConfig):
     """What KDA and Gated DeltaNet-2 share (fla's layer defaults: 16 heads of 128, expand_v 1, short convs). Their
-    layers read through the generalized delta rule: kernel.impl="pallas" runs its Mosaic TPU kernels (a GPU has
-    none yet: the op's ValueError says so at the first call)."""
+    layers read through the generalized delta rule: kernel.impl="pallas" runs its state-pass kernels (Triton on a
+    GPU, Mosaic TPU on a TPU)."""
 
     num_heads: int = 16
     head_dim: int = 128

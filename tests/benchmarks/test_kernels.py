@@ -1,10 +1,18 @@
 """benchmarks/kernels.py --breakdown on the CPU (interpret mode, one chunk): the harness still calls every kernel
 it names with the kernels' current signatures and a `KernelConfig` per tiling, and `--kernels` times only the
-kernels named."""
+kernels named; the KDA family's ops run through its timing on their kernels."""
 
 import math
 
-from benchmarks.kernels import breakdown
+from benchmarks.kernels import OURS, bench_inputs, breakdown, time_ours
+
+
+def test_times_kda_and_its_ccq_read_on_the_kernels():
+    x = bench_inputs("kda", 1, 64, shape={"H": 1, "K": 16, "V": 16})
+    assert x["g"].shape == (1, 64, 1, 16) and x["beta"].shape == (1, 64, 1)  # per channel; beta per head
+    for op in OURS["kda"]:
+        r = time_ours(op, "pallas", x, reps=1)
+        assert all(math.isfinite(r[key]) and r[key] > 0 for key in ("fwd_ms", "fwdbwd_ms", "peak_gib")), (op, r)
 
 
 def test_times_only_the_kernels_named_at_each_tiling():

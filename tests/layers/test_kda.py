@@ -1,6 +1,6 @@
 """KimiDeltaAttention (KDA) and GatedDeltaNet2 (GDN-2) against float64 NumPy forwards of fla's layers (gates,
 GVA, short convs, CCQ, documents) and GDN-2 against fla's own layer (goldens), continued through the cache, and
-their refusals by name; each also through the Mosaic TPU kernels (interpreted on a CPU) against the same NumPy forward.
+their refusals by name; each also through the kernels (the Triton state pass, interpreted on a CPU) against the same NumPy forward.
 (KDA against fla's own model: tests/convert/test_goldens.py.)"""
 
 import jax.numpy as jnp
@@ -16,7 +16,7 @@ from tests.layers import numpy_delta_layers as ref
 TOL = 2e-5  # fp32 layer vs float64 NumPy, as for the other mixers
 CCQ = {"none": None, "learned": CCQConfig(), "fixed": CCQConfig(mode="fixed", fixed_lambda=0.7, centered=False)}
 RECURRENT, CHUNK = KernelPolicy(impl="recurrent"), KernelPolicy(chunk_size=4)
-PALLAS = KernelPolicy(impl="pallas", decode_impl="pallas", chunk_size=16)  # Mosaic TPU's, interpreted here
+PALLAS = KernelPolicy(impl="pallas", decode_impl="pallas", chunk_size=16)  # Triton's state pass, interpreted here
 
 # (CCQ mode, value heads (GVA), allow_neg_eigval, short convs, lower_bound (safe_gate), documents, kernel)
 KDA_CASES = [("none", None, False, True, None, True, RECURRENT), ("learned", 4, True, True, -5.0, True, CHUNK),

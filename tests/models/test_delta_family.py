@@ -1,5 +1,5 @@
 """The KDA and Gated DeltaNet-2 presets (with and without CCQ) as language models: finite gradients of the LM loss
-under jit, the Mosaic TPU kernels' logits and whole-model gradients equal to the chunk form's, packed rows, prefill +
+under jit, the kernels' logits and whole-model gradients equal to the chunk form's, packed rows, prefill +
 token-by-token decoding equal to the full forward, generation by a split model."""
 
 import jax
@@ -42,9 +42,9 @@ def test_gradients_of_the_lm_loss_are_finite_and_reach_every_parameter(case):
         assert np.isfinite(g).all() and np.abs(g).max() > 0, path
 
 
-@pytest.mark.parametrize("case", ["ccq-kda", "gdn2"])
-def test_the_tpu_kernels_give_the_chunk_forms_logits_and_gradients(case):
-    """kernel.impl="pallas" (the Mosaic TPU state pass, interpreted on a CPU) against the XLA chunk form, packed rows
+@pytest.mark.parametrize("case", ["kda", "gdn2"])
+def test_the_kernels_give_the_chunk_forms_logits_and_gradients(case):
+    """kernel.impl="pallas" (the Triton state pass, interpreted on a CPU) against the XLA chunk form, packed rows
     and T = 40 over three chunks of 16: every parameter's gradient (one layer: the interpreter is slow)."""
     name, overrides = CASES[case]
     overrides = dict(overrides, num_hidden_layers=1)

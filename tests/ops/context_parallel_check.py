@@ -1,7 +1,7 @@
 """Every op with its sequence split over D devices (`context_axis`, `ccq_jax.ops.sharding`) against the
 unsplit op run as the float64 recurrence: outputs, the last shard's final states and statistics, and the gradients
 of every input (initial state and statistics included), for each D given and each impl given. The generalized delta
-rule's ops (`FAMILY`, no GPU kernels yet) run only when --ops names them.
+rule's ops (`FAMILY`, tests of their own) run only when --ops names them.
 
     python -m tests.ops.context_parallel_check recurrent,chunk 2,3,4,8 [--on-mesh] [--ops=gla,ccq_gla] [--read=cg:2]
 

@@ -63,6 +63,11 @@ def test_kernels_split_over_3_devices_equal_the_float64_recurrence():
     assert split_check(["pallas"], [3]) < FP32_TOL
 
 
+def test_the_generalized_delta_rule_kernels_split_over_3_devices_equal_the_float64_recurrence():
+    # its Triton state pass (interpreted) inside each shard, the shard maps from the kernel run itself
+    assert split_check(["pallas"], [3], "--ops=generalized_delta_rule,ccq_generalized_delta_rule") < FP32_TOL
+
+
 def _gla_inputs(t):
     x = jnp.ones((2, t, 2, 4), jnp.float32)
     return x, x, x, -x

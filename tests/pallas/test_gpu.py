@@ -34,7 +34,8 @@ def x():
     return inputs(40, t=1000, h=2, dk=256, dv=512)
 
 
-@pytest.mark.parametrize("name", ["gla", "gated_delta_rule", "ccq_query", "ccq_gla", "ccq_gated_delta_rule"])
+@pytest.mark.parametrize("name", ["gla", "gated_delta_rule", "ccq_query", "ccq_gla", "ccq_gated_delta_rule",
+                                  "generalized_delta_rule", "ccq_generalized_delta_rule"])
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16], ids=["fp32", "bf16"])
 def test_against_recurrence(x, name, dtype):
     check_op(name, x, 64, dtype)

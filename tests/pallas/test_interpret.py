@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 import ccq_jax.ops as ops
-from tests.builders import check_op, kernel_inputs as inputs, KERNEL_OPS as OPS
+from pallas_kernels import delta_pass, delta_tpu
+from tests.builders import check_op, kernel_inputs as inputs, KERNEL_OPS as OPS, rel_rms
 
 
 @pytest.mark.parametrize("names,chunk,dtype", [
@@ -22,11 +23,19 @@ from tests.builders import check_op, kernel_inputs as inputs, KERNEL_OPS as OPS
     (["gated_delta_rule"], 16, jnp.bfloat16),
     (["ccq_query", "ccq_gla", "ccq_gated_delta_rule"], 16, jnp.bfloat16),  # the half-precision paths of the CCQ read
     (["ccq_query"], 16, jnp.float32),  # chunks shorter than the CCQ read's 32-token programs
+    (["generalized_delta_rule", "ccq_generalized_delta_rule"], 32, jnp.float32),
+    (["generalized_delta_rule"], 16, jnp.bfloat16),
 ])
 def test_against_recurrence(names, chunk, dtype):
     x = inputs(30, t=70)
     for name in names:
         check_op(name, x, chunk, dtype)
+
+
+def test_generalized_delta_rule_over_several_value_slabs():
+    """V = 130 pads to 256: the state pass's programs take four 64-wide V slabs, and the gradients that contract
+    over V (of w, k_to_end, q_from_start, the scores and the decay) are each slab's share, summed."""
+    check_op("generalized_delta_rule", inputs(35, t=40, h=1, dv=130), 16)
 
 
 @pytest.mark.parametrize("name,centered,normalize_keys", [
@@ -64,7 +73,7 @@ def test_gated_delta_rule_chunk_limit_on_a_gpu(name):
 
 
 @pytest.mark.parametrize("impl", ["chunk", "pallas"])
-@pytest.mark.parametrize("names", [["gla", "ccq_gla"], ["gated_delta_rule"]])
+@pytest.mark.parametrize("names", [["gla", "ccq_gla"], ["gated_delta_rule"], ["generalized_delta_rule"]])
 def test_infinite_and_huge_log_gates(impl, names):
     """g = -inf over a whole 16-token sub-block and -1e4 at other tokens, later tokens in the same chunk: the XLA
     chunked form once summed 0 * -inf across sub-blocks (NaN) and the kernels differenced -inf cumsums (NaN) or
@@ -77,3 +86,24 @@ def test_infinite_and_huge_log_gates(impl, names):
         x[key][1, 50] = -np.inf
     for name in names:
         check_op(name, x, 32, impl=impl)
+
+
+@pytest.mark.parametrize("rows", [1, 128], ids=["per-head", "per-key-row"])
+def test_the_triton_state_pass_equals_its_mosaic_tpu_twin(rows):
+    """`pallas_kernels.delta_pass` and `delta_tpu` take the same padded factors and return the same arrays: the
+    forward's outputs, final and entering states, and the backward's every gradient, with the decay per head (the
+    gated delta rule's layout, which no op sends to Triton) and per key row; two V slabs of 64."""
+    rng = np.random.default_rng(36)
+    b, h, n, c, kp, vp = 1, 2, 3, 16, 128, 128
+    arr = lambda *shape, s=0.3: jnp.asarray(s * rng.standard_normal(shape), jnp.float32)
+    factors = (arr(b, h, n, c, kp), arr(b, h, n, c, vp), arr(b, h, n, c, kp), arr(b, h, n, c, kp), arr(b, h, n, c, c),
+               jnp.asarray(rng.uniform(0.5, 1, (b, h, n, rows, 1)), jnp.float32))
+    h0, do, dfinal = arr(b, h, kp, vp), arr(b, h, n, c, vp), arr(b, h, kp, vp)
+    kw = dict(scale=0.5, dtype=jnp.float32, interpret=True)
+    tpu = delta_tpu.forward(*factors, h0, emit_states=True, **kw)
+    triton = delta_pass.forward(*factors, h0, emit_states=True, **kw)
+    for got, want in zip(triton, tpu):
+        assert rel_rms(got, want) < 1e-6  # fp32 sums in another order
+    grads = [kernels.backward(*factors, tpu[2], do, dfinal, **kw) for kernels in (delta_pass, delta_tpu)]
+    for got, want in zip(*grads):
+        assert got.shape == want.shape and rel_rms(got, want) < 1e-6

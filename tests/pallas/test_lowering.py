@@ -14,7 +14,10 @@ import pytest
 from benchmarks.tools.lowering import lowered_kernels
 
 CASES = [("gla", 11, 0), ("gated_delta_rule", 9, 3), ("ccq_query", 11, 0), ("ccq_gla", 22, 0),
-         ("ccq_gated_delta_rule", 20, 3)]  # (op, Triton kernels, Mosaic GPU kernels) of its forward and backward
+         ("ccq_gated_delta_rule", 20, 3),
+         # the state pass: forward, the backward's states recomputed, backward (its chunk factors are XLA's)
+         ("generalized_delta_rule", 3, 0), ("ccq_generalized_delta_rule", 14, 0)]
+# (op, Triton kernels, Mosaic GPU kernels) of its forward and backward
 
 
 @pytest.mark.parametrize("name,kernels,mosaic", CASES)

@@ -86,13 +86,11 @@ def test_the_tpu_kernel_on_a_gpu_is_refused_unless_interpreted():
         "pallas_mosaic_tpu"
 
 
-def test_the_generalized_delta_rule_has_no_gpu_kernel_yet():
-    """Its only kernel backend is Mosaic TPU's: impl="pallas" on a GPU says so and points at the XLA chunk form."""
-    for name in ("generalized_delta_rule", "ccq_generalized_delta_rule"):
-        with pytest.raises(ValueError, match=r"impl: 'pallas' has no kernels for platform 'gpu' yet "
-                                             r"\(pallas_mosaic_tpu: the Mosaic TPU kernels compile for a TPU only"
-                                             r".*use impl='chunk' there"):
-            dispatch.choose(name, TABLES[name], "pallas", _call("gpu"))
+def test_pallas_on_a_gpu_is_a_gpu_kernel():
+    """On a GPU impl="pallas" is the Mosaic GPU or Triton kernel of every op (the generalized delta rule's: its
+    Triton state pass), never the TPU's."""
+    for name, table in TABLES.items():
+        assert dispatch.choose(name, table, "pallas", _call("gpu"))[0] in ("pallas_mosaic_gpu", "pallas_triton")
 
 
 def test_a_triton_tiling_is_refused():

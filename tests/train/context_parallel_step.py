@@ -1,7 +1,7 @@
 """The training loss and its gradients with each sequence split over the mesh's `context` axis, against one device:
 GLA with CCQ and short convolutions (grouped keys; the loss formed 8 positions at a time), Gated DeltaNet with CCQ
-(its short convolutions), KDA with CCQ and Gated DeltaNet-2 (the generalized delta rule's shard maps, their
-short convolutions), the Transformer, and two hybrids (`tests.builders.HYBRID_CASES`' attention layers): GLA
+(its short convolutions), KDA with CCQ (the generalized delta rule's shard maps, its short convolutions; GDN-2
+is the same op with another erase vector: tests/ops/test_context_parallel.py), the Transformer, and two hybrids (`tests.builders.HYBRID_CASES`' attention layers): GLA
 with every attention option (a 5-token window, partial RoPE, an output gate and biases on layer 1; multi-query
 attention without RoPE on layer 3, whose one key/value head no tensor axis splits) and Gated DeltaNet with its
 preset's 8-token window on layer 3, both with short convolutions. Packed documents: in row 0 a document covers
@@ -31,9 +31,9 @@ from tests.builders import HYBRID_CASES, build, rel_rms
 from train.sharding import BATCH_AXES, OPS_AXES, MeshConfig, make_mesh
 from train.step import lm_loss, split_model
 
-MODELS = ("ccq-gla", "ccq-gdn", "transformer", "gla-hybrid", "gdn-hybrid", "ccq-kda", "gdn2")
-LOSS_CHUNKS = (8, 0, 0, 8, 0, 0, 8)  # the loss over slices of 8 positions (a device's slices each) for some
-RECURRENT = ("ccq-gla", "ccq-gdn", "gla-hybrid", "gdn-hybrid", "ccq-kda", "gdn2")  # with a recurrent cache to prefill
+MODELS = ("ccq-gla", "ccq-gdn", "transformer", "gla-hybrid", "gdn-hybrid", "ccq-kda")
+LOSS_CHUNKS = (8, 0, 0, 8, 0, 8)  # the loss over slices of 8 positions (a device's slices each) for some
+RECURRENT = ("ccq-gla", "ccq-gdn", "gla-hybrid", "gdn-hybrid", "ccq-kda")  # with a recurrent cache to prefill
 MESHES = ({"data": 2, "context": 4}, {"data": 2, "context": 2, "tensor": 2})
 B, T = 4, 32
 

@@ -1,6 +1,6 @@
 """Training with sequences split over the mesh's `context` axis: the loss and every gradient equal one device's
 (tests/train/context_parallel_step.py, 8 fake CPU devices in a process of its own), for the linear models (GLA,
-Gated DeltaNet, KDA and GDN-2), the Transformer and hybrids; the linear-attention models' compiled steps all-gather nothing (only the shards' summaries
+Gated DeltaNet, KDA), the Transformer and hybrids; the linear-attention models' compiled steps all-gather nothing (only the shards' summaries
 and the convolutions' halos move, by collective permutes), and those with softmax attention only the keys and
 values of each attention layer and the segment ids; a prefill from a cache, and a forward without segment ids,
 split the same way, equal one device's; a config whose context axis does not divide the sequence is refused by name."""
@@ -25,10 +25,10 @@ def test_context_split_loss_gradients_and_prefill_equal_one_device():
                          capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, (out.stdout + out.stderr)[-3000:]
     rows = [line.split() for line in out.stdout.strip().splitlines()]
-    assert len(rows) == 14 + 6 + 2, out.stdout  # seven models on two meshes, six prefills, two forwards
-    for name, _, _, error in rows[14:]:
+    assert len(rows) == 12 + 5 + 2, out.stdout  # six models on two meshes, five prefills, two forwards
+    for name, _, _, error in rows[12:]:
         assert float(error) < 1e-5, (name, error)  # logits (and the new cache), fp32 round-off
-    for name, _, mesh, _, loss, _, grads, _, gathers, _, floats, _, attention in rows[:14]:
+    for name, _, mesh, _, loss, _, grads, _, gathers, _, floats, _, attention in rows[:12]:
         assert float(loss) < 1e-6 and float(grads) < FP32_TOL, (name, mesh, loss, grads)  # fp32 round-off
         if "tensor" not in mesh:  # keys and values of each attention layer, the segment ids once (if any layer)
             assert int(floats) == 2 * int(attention) and int(gathers) - int(floats) == min(int(attention), 1), (

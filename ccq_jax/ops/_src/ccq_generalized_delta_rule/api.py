@@ -9,12 +9,13 @@ from ..dispatch import Implementation
 from ..generalized_delta_rule.api import context_maps
 from ..generalized_delta_rule.family import gated_delta_rule_2_inputs, kda_inputs, qed_inputs
 from ..xla import validate
-from . import pallas_mosaic_tpu, reference
+from . import pallas_mosaic_tpu, pallas_triton, reference
 
 IMPLEMENTATIONS = {
     "recurrent": Implementation(reference.recurrent),
     "chunk": Implementation(reference.chunk, chunked=True),
     "scan": Implementation(reference.scan),
+    "pallas_triton": Implementation(pallas_triton.ccq_generalized_delta_rule, chunked=True, supports=pallas_triton.supports),
     "pallas_mosaic_tpu": Implementation(pallas_mosaic_tpu.ccq_generalized_delta_rule, chunked=True,
                                         supports=pallas_mosaic_tpu.supports),
 }

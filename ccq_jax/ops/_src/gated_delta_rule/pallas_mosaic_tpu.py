@@ -1,9 +1,9 @@
 """The gated delta rule on the Mosaic TPU state pass: its XLA chunk factors (`reference.chunk_factors`, differentiated
-by autodiff) through the kernel under its custom VJP (`pallas.mosaic_tpu_delta`), one decay per head and chunk."""
+by autodiff) through the kernel under its custom VJP (`pallas.state_pass`), one decay per head and chunk."""
 
 import jax.numpy as jnp
 
-from ..pallas import mosaic_tpu_delta
+from ..pallas import state_pass
 from ..pallas.layout import check_chunk
 from ..pallas.mosaic_tpu import refuse_tiling, supports
 from .reference import chunk_factors
@@ -15,6 +15,7 @@ def gated_delta_rule(q, k, v, g, beta, *, scale, initial_state, docs, interpret,
     """Chunked gated delta rule with its state pass on Mosaic TPU; see `ccq_jax.ops.gated_delta_rule`."""
     refuse_tiling(config)
     chunk = check_chunk(chunk_size, interpret)
-    o, final = mosaic_tpu_delta.delta_rule(chunk_factors(q, k, v, g, beta, docs, chunk), initial_state, scale=scale,
-                                           dtype=jnp.result_type(q, k, v), length=q.shape[1], interpret=interpret)
+    o, final = state_pass.delta_rule(chunk_factors(q, k, v, g, beta, docs, chunk), initial_state,
+                                     kernels=state_pass.TPU, scale=scale, dtype=jnp.result_type(q, k, v), length=q.shape[1],
+                                     interpret=interpret)
     return o.astype(v.dtype), final

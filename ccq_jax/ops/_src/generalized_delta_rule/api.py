@@ -4,12 +4,13 @@ from ... import sharding
 from .. import dispatch
 from ..dispatch import Implementation
 from ..xla import validate
-from . import pallas_mosaic_tpu, reference
+from . import pallas_mosaic_tpu, pallas_triton, reference
 
 IMPLEMENTATIONS = {
     "recurrent": Implementation(reference.recurrent),
     "chunk": Implementation(reference.chunk, chunked=True),
     "scan": Implementation(reference.scan),
+    "pallas_triton": Implementation(pallas_triton.generalized_delta_rule, chunked=True, supports=pallas_triton.supports),
     "pallas_mosaic_tpu": Implementation(pallas_mosaic_tpu.generalized_delta_rule, chunked=True,
                                         supports=pallas_mosaic_tpu.supports),
 }
@@ -37,9 +38,10 @@ def generalized_delta_rule(q, k, v, g, a, *, scale=None, initial_state=None, out
 
     q, k, a: [B, T, H, K]; g: [B, T, H, K], the log decay <= 0 per key channel; v: [B, T, H, V]. scale defaults to
     K**-0.5. initial_state: [B, H, K, V]. Returns (o [B, T, H, V] in v's dtype, final_state [B, H, K, V] fp32 or
-    None). impl: "recurrent", "chunk" (the WY/UT form with the per-channel decay inside the chunk), "scan", or
-    "pallas_mosaic_tpu" ("pallas" on a TPU, or interpreted on a CPU: the chunk form's factors in XLA, the state pass
-    across chunks in a Mosaic TPU kernel; config: None, interpret: as `ccq_jax.ops.gla`'s).
+    None). impl: "recurrent", "chunk" (the WY/UT form with the per-channel decay inside the chunk), "scan",
+    "pallas_triton" ("pallas" on a GPU, and interpreted on a CPU) or "pallas_mosaic_tpu" ("pallas" on a TPU): the
+    chunk form's factors in XLA, the state pass across chunks in a kernel (config: a Triton `KernelConfig`, none on
+    Mosaic TPU; interpret: as `ccq_jax.ops.gla`'s).
 
     context_axis: inside `jax.shard_map`, with T split over that mesh axis: each device's tokens as the
     unsplit op would give them, and its shard's final state (`ccq_jax.ops.sharding`).
