@@ -19,6 +19,9 @@ backward, the backward twice the forward's work; recomputation under remat is no
       gated delta rule    H (6 Dk Dv + 2 C (3 Dk + 2 Dv) + C^2 / 3)
                           GLA's four terms, the WY/UT form's k k^T (2 C Dk), its triangular solve (C^3 / 3 a
                           chunk), W = A (beta k) and U = A (beta v) (2 C Dk, 2 C Dv), and W S (2 Dk Dv)
+      KDA, GDN-2          the gated delta rule's term: the same products (the erase vector a in place of beta k,
+                          the decay per channel elementwise; XLA counts 1.26x the formula for KDA's chunk form,
+                          GLA's exact diagonal blocks included, against 0.90x for the gated delta rule's)
       CCQ read (+)        H (2 Dk^2 + n (2 Dk^2 + 4 C Dk))
                           the covariance update k^T k (2 Dk^2) and n products Sigma_t x: x Sigma (2 Dk^2) and the
                           chunk's part, scores x k^T and their product with k (2 C Dk each); n = 1 for the

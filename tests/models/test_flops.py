@@ -34,6 +34,10 @@ CASES = {  # name: (model config, the op's chunk form, its input shapes)
     "gated_delta_rule": (lambda: _one_head_model("gdn-tiny"),
                          lambda q, k, v, g, b: ops.gated_delta_rule(q, k, v, g, b, impl="chunk", chunk_size=C)[0],
                          (TOKEN, TOKEN, TOKEN, HEAD, HEAD)),
+    # KDA and GDN-2 count as the gated delta rule: the same products, the decay per channel being elementwise
+    "kda": (lambda: _one_head_model("kda-tiny"),
+            lambda q, k, v, g, b: ops.kda(q, k, v, g, b, impl="chunk", chunk_size=C)[0],
+            (TOKEN, TOKEN, TOKEN, TOKEN, HEAD)),
 }
 READS = {  # the CCQ read alone: the CCQ model's term minus its backbone's
     "first_order": {},
