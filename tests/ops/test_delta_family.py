@@ -131,7 +131,7 @@ BAD = [
     (GDR, {"q": np.zeros((2, 8, 2, 16), np.int32)}, r"q: expected a floating dtype"),
     (GDR, {"a": np.zeros((2, 8, 2, 16), np.int32)}, r"a: expected a floating dtype"),
     (GDR, {"v": np.zeros((2, 7, 2, 12), np.float32)}, r"v: expected shape \[B=2, T=8, H=2, V\]"),
-    (GDR, {"impl": "pallas_triton"}, r"impl: generalized_delta_rule has no 'pallas_triton' backend"),
+    (GDR, {"impl": "pallas_mosaic_gpu"}, r"impl: generalized_delta_rule has no 'pallas_mosaic_gpu' backend"),
     (KDA, {"beta": np.full((2, 8, 2), 2.5, np.float32)}, r"beta: expected values in \[0, 2\] \(delta-rule step size"),
     (KDA, {"beta": np.zeros((2, 8, 2, 16), np.float32)}, r"beta: expected shape \[B=2, T=8, H=2\]"),
     (GDN2, {"b": np.full((2, 8, 2, 16), 1.5, np.float32)}, r"b: expected values in \[0, 1\] \(erase gate"),

@@ -23,14 +23,12 @@ CALLS = {
     "ccq_gla": lambda q, k, v, g, lam, **kw: ops.ccq_gla(q, k, v, g, lam, **kw)[0],
     "ccq_gated_delta_rule": lambda q, k, v, g, lam, **kw: ops.ccq_gated_delta_rule(q, k, v, g[..., 0], -g[..., 1],
                                                                                    lam, **kw)[0],
-}
-GPU_OPS = list(CALLS)
-CALLS.update({  # Mosaic TPU kernels only; the erase vector a = k
+    # the erase vector a = k
     "generalized_delta_rule": lambda q, k, v, g, lam, **kw: ops.generalized_delta_rule(q, k, v, g, k, **kw)[0],
     "ccq_generalized_delta_rule": lambda q, k, v, g, lam, **kw: ops.ccq_generalized_delta_rule(q, k, v, g, k, lam,
                                                                                                **kw)[0],
-})
-BACKENDS = {"pallas_triton": GPU_OPS, "pallas_mosaic_gpu": ["gated_delta_rule", "ccq_gated_delta_rule"],
+}
+BACKENDS = {"pallas_triton": list(CALLS), "pallas_mosaic_gpu": ["gated_delta_rule", "ccq_gated_delta_rule"],
             "pallas_mosaic_tpu": list(CALLS)}
 
 
