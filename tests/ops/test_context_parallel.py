@@ -37,9 +37,9 @@ def split_check(impls, devices, *options):
     return float(rows[-1].split()[-1])
 
 
-def test_the_chunk_form_split_over_2_3_4_8_devices_and_on_a_mesh_equals_the_float64_recurrence():
-    # float64: the split is exact up to the summation order (measured ~1e-15)
-    assert split_check(["chunk"], [2, 3, 4, 8], "--on-mesh") < 1e-12
+def test_the_chunk_form_split_over_2_3_8_devices_and_on_a_mesh_equals_the_float64_recurrence():
+    # float64: the split is exact up to the summation order (measured ~1e-15); the mesh runs 4 context devices
+    assert split_check(["chunk"], [2, 3, 8], "--on-mesh") < 1e-12
 
 
 def test_the_read_policies_split_over_3_devices_equal_the_float64_recurrence():
