@@ -1,8 +1,9 @@
 """One token per row through the recurrences, in one kernel each: what a decode step runs per layer.
 
-`state_step` advances the state [B, H, K, V] fp32 of GLA (per-channel gates) or of the gated delta rule (a gate
-per head and the delta rule's correction) by one token and reads it:
-  S = exp(g) S;  u = v (GLA) or beta (v - S^T k) (delta rule);  S += k u^T;  o = scale S^T q,
+`state_step` advances the state [B, H, K, V] fp32 of GLA (per-channel gates), of the gated delta rule (a gate
+per head and the delta rule's correction) or of the generalized delta rule (per-channel gates, an erase vector a)
+by one token and reads it:
+  S = exp(g) S;  u = v (GLA), beta (v - S^T k) (delta rule) or v - S^T a (generalized);  S += k u^T;  o = scale S^T q,
 a program per V-column tile [K, BV] of a (batch row, head): the state is read once and written once (XLA's fusions
 at two rows write the updated state in one kernel and read it back for o in another, after a third formed exp(g)).
 `ccq_read_step` advances the CCQ statistics by one key and cleans the query,
@@ -14,7 +15,7 @@ step: `benchmarks/inference_kernels.py`).
 The token comes packed, so that XLA forms each input in one fusion (it cannot fuse a custom call's producers into
 the call, and the slices of a fused q/k/v projection, the q/k norms or the gates would each be a kernel):
 `tokens` [B, H K + H K + H V] holds q, k and v, each head's entries contiguous (q of head h at h K, k at H K + h K,
-v at 2 H K + h V), and `gates` [B, G] fp32 the log gates g (per channel at h K, or per head at h), beta and lam
+v at 2 H K + h V; the generalized rule's a after them, at 2 H K + H V + h K), and `gates` [B, G] fp32 the log gates g (per channel at h K, or per head at h), beta and lam
 (each per head, at offsets the caller names). K and V are powers of two >= 16 (the caller pads). The products are
 row sums of fp32 elementwise products (one token: no tensor-core dot has the rows), so every statistic and state
 is formed in IEEE fp32.
@@ -33,11 +34,12 @@ f32 = jnp.float32
 
 class GateLayout(NamedTuple):
     """Where a head's gates sit in `gates`: g per channel (h K) or per head (h); beta and lam at `*_at + h` (None:
-    absent: GLA's plain write, no CCQ read)."""
+    absent: GLA's plain write, no CCQ read); erase: whether `tokens` carries the erase vector a after v."""
 
     per_channel: bool
     beta_at: int | None = None
     lam_at: int | None = None
+    erase: bool = False
 
 
 def _head_scalar(ref, b, at):
@@ -66,7 +68,10 @@ def state_step(tokens, gates, h0, q=None, *, layout: GateLayout, scale, out_dtyp
         state = h_ref[b, h, full, cols] * jnp.exp(g)[:, None]  # [K, BV]
         key = tokens_ref[b, pl.ds((heads + h) * dk, dk)].astype(f32)[:, None]
         write = tokens_ref[b, pl.ds(2 * heads * dk + h * dv + pl.program_id(0) * bv, bv)].astype(f32)
-        if delta:
+        if layout.erase:
+            erase = tokens_ref[b, pl.ds(2 * heads * dk + heads * dv + h * dk, dk)].astype(f32)[:, None]
+            write = write - jnp.sum(state * erase, axis=0)
+        elif delta:
             write = _head_scalar(gates_ref, b, layout.beta_at + h) * (write - jnp.sum(state * key, axis=0))
         state = state + key * write[None, :]
         h_out[b, h, full, cols] = state

@@ -15,17 +15,21 @@ import pytest
 
 import ccq_jax.ops as ops
 from benchmarks.tools.lowering import lowered_kernels
-from tests.builders import KERNEL_OPS, check_op, kernel_inputs, op_arguments
+from tests.builders import check_op, kernel_inputs, op_arguments
 
 STEP_KERNELS = {"gla": ["state_step"], "gated_delta_rule": ["state_step"], "ccq_query": ["ccq_read_step"],
-                "ccq_gla": ["ccq_read_step", "state_step"], "ccq_gated_delta_rule": ["ccq_read_step", "state_step"]}
+                "ccq_gla": ["ccq_read_step", "state_step"], "ccq_gated_delta_rule": ["ccq_read_step", "state_step"],
+                # the erase vector a packed with the token
+                "generalized_delta_rule": ["state_step"],
+                "ccq_generalized_delta_rule": ["ccq_read_step", "state_step"]}
+OPS = list(STEP_KERNELS)
 
 
 @pytest.mark.parametrize("dk,dv", [(12, 20), (64, 96)])
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
 def test_one_token_against_recurrence(dk, dv, dtype):
     x = kernel_inputs(40, t=1, dk=dk, dv=dv, segments=False)
-    for name in KERNEL_OPS:
+    for name in OPS:
         check_op(name, x, 16, dtype)
 
 
@@ -37,7 +41,7 @@ def test_one_token_ccq_options(name, centered, normalize_keys):
              normalize_keys=normalize_keys)
 
 
-@pytest.mark.parametrize("name", list(KERNEL_OPS))
+@pytest.mark.parametrize("name", OPS)
 def test_one_token_runs_only_the_step_kernels(name):
     """The forward at T = 1 is the step kernels alone (no chunked pass pads the token to a chunk); longer calls keep
     the chunked kernels."""
@@ -50,7 +54,7 @@ def test_one_token_runs_only_the_step_kernels(name):
     assert not set(kernels(2)) & {"state_step", "ccq_read_step"}
 
 
-@pytest.mark.parametrize("name", list(KERNEL_OPS))
+@pytest.mark.parametrize("name", OPS)
 def test_one_token_lowers_for_the_h200(name):
     """Lowered to Triton for compute capability 9.0 at the 1.3B presets' K = 256, V = 512, forward and backward: the
     step kernels only (the backward is XLA's, the recurrence's)."""

@@ -26,7 +26,7 @@ SHAPES_1_3B = {"gla": dict(b=4, t=4096, h=4, dk=256, dv=512),
                "gated_delta_rule": dict(b=4, t=4096, h=6, dk=256, dv=512),
                "generalized_delta_rule": dict(b=4, t=4096, h=16, dk=128, dv=128)}  # fla's KDA-1.3B: 16 heads of 128
 KERNEL_CALLS = {"gla": 3, "ccq_gla": 6, "gated_delta_rule": 3, "ccq_gated_delta_rule": 6,  # forward, states, backward
-                "generalized_delta_rule": 3}
+                "generalized_delta_rule": 3, "ccq_generalized_delta_rule": 6}
 
 
 def _device(chip):
@@ -48,7 +48,8 @@ def _inputs(name, sharding):
 
 @pytest.mark.parametrize("chip", sorted(TOPOLOGIES))
 @pytest.mark.parametrize("name,chunk", [("gla", 64), ("gla", 128), ("ccq_gla", 64), ("gated_delta_rule", 64),
-                                        ("ccq_gated_delta_rule", 64), ("generalized_delta_rule", 64)])
+                                        ("ccq_gated_delta_rule", 64), ("generalized_delta_rule", 64),
+                                        ("ccq_generalized_delta_rule", 64)])
 def test_kernels_compile(chip, name, chunk):
     """Forward and backward: a backbone's three kernels; a CCQ op's six (the read's covariance and the backbone)."""
     device = _device(chip)

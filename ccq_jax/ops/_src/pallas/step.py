@@ -39,27 +39,29 @@ def _flat(x, to_width=None):
     return x.reshape(x.shape[0], -1)
 
 
-def _packed_gates(g, beta, lam, kp):
+def _packed_gates(g, beta, lam, kp, erase):
     """(gates [B, G] fp32, their `GateLayout`): g first (per channel, each head padded to kp, or per head), then
-    beta, then lam, each present one after the last."""
+    beta, then lam, each present one after the last; erase: whether the token carries an erase vector."""
     parts, offsets = [], {}
     per_channel = g is not None and g.ndim == 4
     for name, x, to_width in (("g", g, kp if per_channel else None), ("beta_at", beta, None), ("lam_at", lam, None)):
         if x is not None:
             offsets[name] = sum(p.shape[-1] for p in parts)
             parts.append(_flat(x, to_width).astype(f32))
-    return jnp.concatenate(parts, axis=-1), GateLayout(per_channel, offsets.get("beta_at"), offsets.get("lam_at"))
+    layout = GateLayout(per_channel, offsets.get("beta_at"), offsets.get("lam_at"), erase)
+    return jnp.concatenate(parts, axis=-1), layout
 
 
-def _kernels(q, k, v, g, beta, lam, h0, stats, *, scale, centered, normalize_keys, run):
+def _kernels(q, k, v, g, beta, a, lam, h0, stats, *, scale, centered, normalize_keys, run):
     """The step kernels' outputs as the op returns them: (o, state) for a backbone (lam None), (q_clean, stats) for
-    the read alone (v None), (o, (state, stats)) for a fused CCQ op."""
+    the read alone (v None), (o, (state, stats)) for a fused CCQ op; a: the generalized rule's erase vector."""
     dk = q.shape[-1]
     kp = width(dk)
-    widths = [kp, kp] + ([width(v.shape[-1])] if v is not None else [])
-    dtype = jnp.result_type(*(x for x in (q, k, v) if x is not None))
-    tokens = jnp.concatenate([_flat(x.astype(dtype), w) for x, w in zip((q, k, v), widths)], axis=-1)
-    gates, layout = _packed_gates(g, beta, lam, kp)
+    packed = [x for x in (q, k, v, a) if x is not None]
+    widths = [kp, kp] + ([width(v.shape[-1])] if v is not None else []) + ([kp] if a is not None else [])
+    dtype = jnp.result_type(*packed)
+    tokens = jnp.concatenate([_flat(x.astype(dtype), w) for x, w in zip(packed, widths)], axis=-1)
+    gates, layout = _packed_gates(g, beta, lam, kp, erase=a is not None)
     q_clean = None
     if lam is not None:
         pad = [(0, 0), (0, 0), (0, kp - dk)]
@@ -78,11 +80,11 @@ def _kernels(q, k, v, g, beta, lam, h0, stats, *, scale, centered, normalize_key
     return out if lam is None else (out[0], (out[1], new_stats))
 
 
-def _reference(q, k, v, g, beta, lam, h0, stats, *, recurrent, scale, centered, normalize_keys):
+def _reference(q, k, v, g, beta, a, lam, h0, stats, *, recurrent, scale, centered, normalize_keys):
     """The same outputs from the op's token-by-token recurrence `recurrent` (`_kernels`' twin, for the gradient; the
     kernels' read is the first-order one)."""
     docs = jnp.zeros(q.shape[:2], jnp.int32)
-    gates = (g,) if beta is None else (g, beta)
+    gates = tuple(x for x in (g, beta, a) if x is not None)  # GLA's g, the delta rule's (g, beta), or (g, a)
     if lam is None:
         return recurrent(q, k, v, *gates, scale=scale, initial_state=h0, docs=docs)
     if v is None:
@@ -92,7 +94,7 @@ def _reference(q, k, v, g, beta, lam, h0, stats, *, recurrent, scale, centered, 
                      normalize_keys=normalize_keys, docs=docs, read=ReadPolicy())
 
 
-def _step(q, k, v=None, g=None, beta=None, lam=None, h0=None, stats=None, *, recurrent, run, scale=None,
+def _step(q, k, v=None, g=None, beta=None, lam=None, h0=None, stats=None, *, recurrent, run, a=None, scale=None,
           centered=True, normalize_keys=True):
     """`_kernels` on these arrays (None: absent), differentiated as `_reference` of `recurrent`."""
     static = dict(scale=scale, centered=centered, normalize_keys=normalize_keys)
@@ -101,8 +103,8 @@ def _step(q, k, v=None, g=None, beta=None, lam=None, h0=None, stats=None, *, rec
     fn = jax.custom_vjp(kernels)
     fn.defvjp(lambda *a: (kernels(*a), a), lambda a, cts: jax.vjp(reference, *a)[1](cts))
     # the states vary like the token inside shard_map (the custom VJP's cotangents must match its inputs)
-    h0, stats = vary_like((h0, stats), (q, k, v, g, beta, lam))
-    return fn(q, k, v, g, beta, lam, h0, stats)
+    h0, stats = vary_like((h0, stats), (q, k, v, g, beta, a, lam))
+    return fn(q, k, v, g, beta, a, lam, h0, stats)
 
 
 def gla(q, k, v, g, *, scale, initial_state, docs, run, recurrent):
@@ -115,6 +117,12 @@ def gated_delta_rule(q, k, v, g, beta, *, scale, initial_state, docs, run, recur
     """`ccq_jax.ops.gated_delta_rule` at T = 1: (o, final state)."""
     del docs
     return _step(q, k, v, g, beta, h0=initial_state, scale=scale, recurrent=recurrent, run=run)
+
+
+def generalized_delta_rule(q, k, v, g, a, *, scale, initial_state, docs, run, recurrent):
+    """`ccq_jax.ops.generalized_delta_rule` at T = 1: (o, final state)."""
+    del docs
+    return _step(q, k, v, g, a=a, h0=initial_state, scale=scale, recurrent=recurrent, run=run)
 
 
 def ccq_query(q, k, lam, *, centered, normalize_keys, initial_stats, docs, run, recurrent):
