@@ -11,8 +11,9 @@ Arrays are `[B, H, N, C, W]` in the inputs' dtype (bf16 inputs: bf16 factors, ha
 fp32 tiles), W a power of two >= 16; d is `[B, H, N, R, 1]` fp32 with R = 1 (one decay per head and chunk)
 or R = Kp (one per key row of the state: the generalized rule's per-channel decay); states fp32. One
 program per (V slab, batch * head) holds a `[Kp, BV]` slab of the state in registers and walks the chunks
-in a loop (the backward from the last); the products that contract over V (the gradients of w, k_to_end,
-q_from_start, the scores and d) come out per V slab, summed by the caller.
+in a loop (the backward from the last, carrying the state's gradient); the backward's products that contract
+over V (the gradients of w, k_to_end, q_from_start and the scores) are batched XLA products after its kernel,
+from the states and state gradients it writes per chunk (d's gradient comes per V slab, summed).
 
 Precision: every product with operands in the inputs' dtype (the state rounded to it where it meets a
 factor) and fp32 accumulation, as fla's and `delta_rule`'s Triton passes; fp32 inputs: IEEE fp32 dots.
@@ -41,12 +42,13 @@ def _row_decay(d_ref, b, h, n):
 
 
 def _tiling(kp, vp, config, backward):
-    """(V slab width, warps): what `ptxas -v` measured without spills at K = V = 128 (bf16, chunk 64; KDA-1.3B's
-    heads) through `benchmarks/kernel_resources.py`'s compile: the forward 64-wide at 4 warps (194 registers; at
-    K = 256, 32-wide at 8 warps, 139), the backward, with more tiles live, 16-wide at 8 warps (170 registers, where
-    32-wide slabs spilled 108 bytes; at K = 256 it spills 328). Not yet timed on a GPU."""
+    """(V slab width, warps): what `ptxas -v` measured without spills (bf16, chunk 64) through
+    `benchmarks/kernel_resources.py`'s compile. Forward: 64-wide at 4 warps at K = V = 128 (KDA-1.3B's heads; 194
+    registers), 32-wide at 8 warps at K = 256, V = 512 (139). Backward, which carries only the state's gradient:
+    32-wide at 8 warps (129 registers at K = V = 128, 179 at K = 256, V = 512; 64-wide slabs spilled at K = 256).
+    Not yet timed on a GPU."""
     if backward:
-        return config.block(vp, 16), 8
+        return config.block(vp, 32), 8
     return (config.block(vp, 64), 4) if kp <= 128 else (config.block(vp, 32), 8)
 
 
@@ -81,10 +83,23 @@ def forward(w, u_v, k_to_end, q_from_start, scores, decay, h0, *, scale, dtype, 
                   num_stages=1, name="delta_pass_forward")(w, u_v, k_to_end, q_from_start, scores, decay, h0)
 
 
+def _products(x, y, dims, dtype):
+    """A batched product over [B, H, N, ...] (einsum `dims`) with operands in `dtype` and fp32 results, rounded as
+    the kernels round theirs (fp32: IEEE)."""
+    precision = jax.lax.Precision.HIGHEST if jnp.dtype(dtype).itemsize >= 4 else None
+    return jnp.einsum(dims, x.astype(dtype), y.astype(dtype), precision=precision, preferred_element_type=f32)
+
+
 def backward(w, u_v, k_to_end, q_from_start, scores, decay, states, do, dfinal, *, scale, dtype, interpret,
              config=DEFAULT_CONFIG):
-    """(dw, du_v, dk_to_end, dq_from_start, dscores, ddecay (in decay's shape), dh0), all fp32, the chunks walked
-    in reverse; states: those entering each chunk (`forward`'s with emit_states)."""
+    """(dw, du_v, dk_to_end, dq_from_start, dscores, ddecay (in decay's shape), dh0), all fp32; states: those
+    entering each chunk (`forward`'s with emit_states).
+
+    The kernel walks the chunks in reverse carrying only the state's gradient dS (leaving chunk n):
+    du = scale scores^T do + k_to_end dS, dS <- d (.) dS + scale q_from_start^T do - w^T du; it writes du and each
+    chunk's dS. The products that contract over V, independent per chunk, are batched XLA products after it:
+    dw = -du S^T, dk_to_end = u dS^T, dq_from_start = scale do S^T, dscores = scale do u^T (u = u_v - w S), and
+    d's gradient sum_v S dS, per V slab of the kernel and summed."""
     b_, heads, n_chunks, chunk, kp = w.shape
     vp = u_v.shape[-1]
     rows = decay.shape[3]
@@ -92,37 +107,34 @@ def backward(w, u_v, k_to_end, q_from_start, scores, decay, states, do, dfinal, 
     n_v = vp // bv
     ks, cs = pl.ds(0, kp), pl.ds(0, chunk)
 
-    def kernel(w_ref, uv_ref, ke_ref, qs_ref, p_ref, d_ref, hs_ref, do_ref, df_ref,
-               dw_ref, duv_ref, dke_ref, dqs_ref, dp_ref, dd_ref, dh0_ref):
+    def kernel(w_ref, ke_ref, qs_ref, p_ref, d_ref, hs_ref, do_ref, df_ref, duv_ref, dhs_ref, dd_ref, dh0_ref):
         vt = pl.program_id(0)
         b, h = batch_head(1, heads)
         vs = pl.ds(vt * bv, bv)
 
         def step(i, dS):  # dS: the gradient of the state leaving chunk n
             n = n_chunks - 1 - i
-            w, ke = w_ref[b, h, n, cs, ks], ke_ref[b, h, n, cs, ks]
-            qs, P = qs_ref[b, h, n, cs, ks].astype(dtype), p_ref[b, h, n, cs, cs].astype(dtype)
-            S, do = hs_ref[b, h, n, ks, vs], do_ref[b, h, n, cs, vs].astype(dtype)
-            u = uv_ref[b, h, n, cs, vs] - _mm(w, S, dtype)
-            du = scale * dot(P, do, trans_a=True) + _mm(ke, dS, dtype)
+            w, do = w_ref[b, h, n, cs, ks], do_ref[b, h, n, cs, vs].astype(dtype)
+            du = scale * dot(p_ref[b, h, n, cs, cs].astype(dtype), do, trans_a=True) + _mm(ke_ref[b, h, n, cs, ks],
+                                                                                         dS, dtype)
             duv_ref[b, h, n, cs, vs] = du
-            dw_ref[vt, b, h, n, cs, ks] = -_mm(du, S, dtype, trans_b=True)
-            dke_ref[vt, b, h, n, cs, ks] = _mm(u, dS, dtype, trans_b=True)
-            dqs_ref[vt, b, h, n, cs, ks] = scale * dot(do, S.astype(dtype), trans_b=True)
-            dp_ref[vt, b, h, n, cs, cs] = scale * dot(do, u.astype(dtype), trans_b=True)
-            dd = jnp.sum(S * dS, axis=1)  # [Kp]: per key row
+            dhs_ref[b, h, n, ks, vs] = dS
+            dd = jnp.sum(hs_ref[b, h, n, ks, vs] * dS, axis=1)  # [Kp]: per key row
             dd_ref[vt, b, h, n, pl.ds(0, rows)] = dd if rows > 1 else jnp.reshape(jnp.sum(dd), (1,))
-            return (_row_decay(d_ref, b, h, n) * dS + scale * dot(qs, do, trans_a=True)
+            return (_row_decay(d_ref, b, h, n) * dS + scale * dot(qs_ref[b, h, n, cs, ks].astype(dtype), do,
+                                                                  trans_a=True)
                     - _mm(w, du, dtype, trans_a=True))
 
         dh0_ref[b, h, ks, vs] = jax.lax.fori_loop(0, n_chunks, step, df_ref[b, h, ks, vs])
 
-    per_slab = lambda x: jax.ShapeDtypeStruct((n_v, *x.shape), f32)
-    outs = (per_slab(w), jax.ShapeDtypeStruct(u_v.shape, f32), per_slab(k_to_end), per_slab(q_from_start),
-            per_slab(scores), jax.ShapeDtypeStruct((n_v, b_, heads, n_chunks, rows), f32),
-            jax.ShapeDtypeStruct((b_, heads, kp, vp), f32))
-    dw, du_v, dke, dqs, dp, dd, dh0 = launch(kernel, outs, (n_v, b_ * heads), interpret=interpret, config=config,
-                                             num_warps=warps, num_stages=1, name="delta_pass_backward")(
-        w, u_v, k_to_end, q_from_start, scores, decay, states, do, dfinal)
-    total = lambda x: jnp.sum(x, axis=0)
-    return total(dw), du_v, total(dke), total(dqs), total(dp), total(dd)[..., None], dh0
+    outs = (jax.ShapeDtypeStruct(u_v.shape, f32), jax.ShapeDtypeStruct(states.shape, f32),
+            jax.ShapeDtypeStruct((n_v, b_, heads, n_chunks, rows), f32), jax.ShapeDtypeStruct((b_, heads, kp, vp), f32))
+    du_v, dstates, dd, dh0 = launch(kernel, outs, (n_v, b_ * heads), interpret=interpret, config=config,
+                                    num_warps=warps, num_stages=1, name="delta_pass_backward")(
+        w, k_to_end, q_from_start, scores, decay, states, do, dfinal)
+    u = u_v.astype(f32) - _products(w, states, "bhnck,bhnkv->bhncv", dtype)
+    dw = -_products(du_v, states, "bhncv,bhnkv->bhnck", dtype)
+    dke = _products(u, dstates, "bhncv,bhnkv->bhnck", dtype)
+    dqs = scale * _products(do, states, "bhncv,bhnkv->bhnck", dtype)
+    dp = scale * _products(do, u, "bhncv,bhnmv->bhncm", dtype)
+    return dw, du_v, dke, dqs, dp, jnp.sum(dd, axis=0)[..., None], dh0
