@@ -10,6 +10,7 @@ launch there.
 
     PYTHONPATH=.:/tmp/tritonsite python benchmarks/kernel_resources.py --ops gated_delta_rule --dtype bfloat16
     PYTHONPATH=.:/tmp/tritonsite python benchmarks/kernel_resources.py --ops lm_head --tokens 2   # the LM head kernel
+    PYTHONPATH=.:/tmp/tritonsite python benchmarks/kernel_resources.py --ops generalized_delta_rule --heads 16,128,128
 
 Checked against the H200: a `delta_dstates` variant that the GPU refused for asking 271,364 bytes
 of shared memory comes out here at 271,364; another (k's decay on the `[C, BV]` side, eighth
@@ -46,11 +47,12 @@ print(out.stdout + out.stderr)
 """
 
 
-def measure(op, dtype, timeout, tokens=128):
+def measure(op, dtype, timeout, tokens=128, heads=(2, 256, 512)):
     """[(kernel, warps, stages, (shared bytes, registers, spill stores, spill loads) or None)], one per distinct
-    kernel of `op`'s forward and backward at `tokens` tokens (1: the one-token kernels of a decode step)."""
+    kernel of `op`'s forward and backward at `tokens` tokens (1: the one-token kernels of a decode step) and head
+    widths `heads` (H, K, V)."""
     rows, seen = [], set()
-    for name, text, warps, stages in lowered_kernels(op, dtype, tokens=tokens)[0]:
+    for name, text, warps, stages in lowered_kernels(op, dtype, tokens=tokens, heads=heads)[0]:
         if (name, text) not in seen:
             seen.add((name, text))
             rows.append((name, warps, stages, resources(text, warps, stages, timeout)))
@@ -80,10 +82,12 @@ def main():
     ap.add_argument("--timeout", type=float, default=600, help="seconds per kernel's compile")
     ap.add_argument("--tokens", type=int, default=128,
                     help="sequence length (1: the one-token decode kernels); for --ops lm_head, the rows (<= 64)")
+    ap.add_argument("--heads", default="2,256,512", help="H,K,V of the ops' inputs (fla's KDA-1.3B: 16,128,128)")
     a = ap.parse_args()
+    heads = tuple(int(x) for x in a.heads.split(","))
     print("| op | kernel | warps | stages | shared KB | registers | spill stores / loads B |\n|---|---|---|---|---|---|---|")
     for op in a.ops:
-        for name, warps, stages, found in measure(op, a.dtype, a.timeout, a.tokens):
+        for name, warps, stages, found in measure(op, a.dtype, a.timeout, a.tokens, heads):
             if found is None or found[0] is None:
                 print(f"| {op} | {name} | {warps} | {stages} | compile failed or timed out | | |", flush=True)
                 continue

@@ -43,8 +43,9 @@ def _row_decay(d_ref, b, h, n):
 
 def _tiling(kp, vp, config, backward):
     """(V slab width, warps): what `ptxas -v` measured without spills (bf16, chunk 64) through
-    `benchmarks/kernel_resources.py`'s compile. Forward: 64-wide at 4 warps at K = V = 128 (KDA-1.3B's heads; 194
-    registers), 32-wide at 8 warps at K = 256, V = 512 (139). Backward, which carries only the state's gradient:
+    `benchmarks/kernel_resources.py`'s compile. Forward: 64-wide at 4 warps at K = V = 128 (KDA-1.3B's heads; 255
+    registers, the cap, with no spills; 8 warps would take 194), 32-wide at 8 warps at K = 256, V = 512 (139, and
+    159 emitting the states). Backward, which carries only the state's gradient:
     32-wide at 8 warps (129 registers at K = V = 128, 179 at K = 256, V = 512; 64-wide slabs spilled at K = 256).
     Not yet timed on a GPU."""
     if backward:

@@ -18,12 +18,13 @@ import ccq_jax.ops as ops
 from ccq_jax.ops.internals import head_logits
 
 
-def lowered_kernels(op, dtype, impl="pallas", tokens=128):
+def lowered_kernels(op, dtype, impl="pallas", tokens=128, heads=(2, 256, 512)):
     """([(kernel name, Triton IR text, num_warps, num_stages)], the number of Mosaic GPU kernels) of `op`'s forward
     and backward for impl (compiled for a GPU: interpret=False) at `tokens` tokens (1: a decode step, on the one-token
     kernels), the Triton ones in lowering order (this tool measures those; the Mosaic GPU ones are counted).
     op "lm_head": the row-matmul kernel of the LM head (`ccq_jax.ops.internals.head_logits`) at `tokens` rows of
-    gla-1.3b's head (impl unused)."""
+    gla-1.3b's head (impl unused). heads: (H, K, V) of the op's inputs (default: the 1.3B GLA / GDN head widths;
+    fla's KDA-1.3B is (16, 128, 128))."""
     info = gpu_info.GpuInfo(gpu_version=None, arch_name="9.0", compute_capability=90)
     modules, kernels, mosaic = [], [], []
     lower, custom_call = lowering.lower_jaxpr_to_triton_module, mlir.custom_call
@@ -51,7 +52,7 @@ def lowered_kernels(op, dtype, impl="pallas", tokens=128):
             traced = jax.jit(lambda x, w: head_logits(x, w, impl="pallas", interpret=False))
             inputs = (spec(tokens, 2048), spec(2048, 32000))
         else:
-            B, T, H, K, V = 1, tokens, 2, 256, 512
+            (H, K, V), B, T = heads, 1, tokens
             f32 = jnp.float32
             args = {"q": spec(B, T, H, K), "k": spec(B, T, H, K), "v": spec(B, T, H, V),
                     "g": spec(B, T, H, K, d=f32), "g_head": spec(B, T, H, d=f32), "beta": spec(B, T, H, d=f32),

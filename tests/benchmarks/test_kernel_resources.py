@@ -23,3 +23,15 @@ def test_the_lm_head_kernel_fits_without_spills():
     """The row-matmul kernel at two rows of gla-1.3b's head: measured 108 KB of shared memory, 80 registers."""
     [(name, _, _, (shared, _, stores, loads))] = measure("lm_head", "bfloat16", timeout=300, tokens=2)
     assert name == "row_matmul" and shared <= SHARED_LIMIT and stores == loads == 0
+
+
+@pytest.mark.parametrize("heads", [(16, 128, 128), (2, 256, 512)], ids=["kda-1.3b", "k256-v512"])
+def test_the_generalized_state_pass_fits_without_spills(heads):
+    """`pallas_kernels.delta_pass` (the generalized delta rule's Triton state pass, forward and backward) at fla's
+    KDA-1.3B heads and at the GLA / GDN benchmark's: measured 255 / 129 and 159 / 179 registers, no spills."""
+    rows = measure("generalized_delta_rule", "bfloat16", timeout=300, heads=heads)
+    # the forward twice: with and without the entering states (the backward's recompute)
+    assert {name for name, *_ in rows} == {"delta_pass_backward", "delta_pass_forward"}
+    for name, _, _, found in rows:
+        shared, _, stores, loads = found
+        assert shared <= SHARED_LIMIT and stores == loads == 0, (name, found)

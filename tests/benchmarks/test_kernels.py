@@ -3,8 +3,19 @@ it names with the kernels' current signatures and a `KernelConfig` per tiling, a
 kernels named; the KDA family's ops run through its timing on their kernels."""
 
 import math
+import sys
 
-from benchmarks.kernels import OURS, bench_inputs, breakdown, time_ours
+import pytest
+
+from benchmarks.kernels import OURS, bench_inputs, breakdown, main, time_ours
+
+
+def test_the_breakdown_refuses_the_kda_family_by_name(monkeypatch, capsys):
+    monkeypatch.setattr(sys, "argv", ["kernels.py", "--breakdown", "--families", "kda"])
+    with pytest.raises(SystemExit):
+        main()
+    assert "--families: the breakdown times GLA's and Gated DeltaNet's kernels; leave kda out of it" in \
+        capsys.readouterr().err
 
 
 def test_times_kda_and_its_ccq_read_on_the_kernels():
