@@ -12,12 +12,17 @@ softmax-attention layers. Then a prefill of the linear models and the hybrids th
 (states, statistics, convolution tails and KV caches of an earlier prompt), under a (data 2, context 4) mesh
 against one device: one row each, the worst relative RMS over the logits and the new cache. Last the forward of the
 Transformer and the GLA hybrid without segment ids, split the same way: a row each, the logits' relative RMS. Run
-by tests/train/test_context_parallel.py with 8 fake CPU devices.
+with 8 fake CPU devices by tests/train/test_context_parallel.py (the linear models) and
+tests/train/test_context_parallel_attention.py (the models with softmax attention): two files, so that the suite's
+`--dist loadfile` runs them on two workers.
 
-    python -m tests.train.context_parallel_step chunk
+    python -m tests.train.context_parallel_step chunk [MODEL ...]   (default: every model of MODELS)
 """
 
+import os
+import subprocess
 import sys
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -27,7 +32,7 @@ from jax.sharding import PartitionSpec as P
 
 from ccq_jax.inference import init_cache, prefill
 from ccq_jax.layers import Attention
-from tests.builders import HYBRID_CASES, build, rel_rms
+from tests.builders import FP32_TOL, HYBRID_CASES, build, rel_rms
 from train.sharding import BATCH_AXES, OPS_AXES, MeshConfig, make_mesh
 from train.step import lm_loss, split_model
 
@@ -61,9 +66,11 @@ def model(name, impl):
     return build(f"{name}-tiny", overrides)
 
 
-def main(impl):
+def main(impl, names):
     data = batch()
     for name, chunk in zip(MODELS, LOSS_CHUNKS):
+        if name not in names:
+            continue
         lm = model(name, impl)
         attention = sum(isinstance(layer.attn, Attention) for layer in lm.layers)
         graphdef, params, others = split_model(lm)
@@ -88,11 +95,11 @@ def main(impl):
                   f"{len(gathered)} floats {floats} attention {attention}", flush=True)
 
 
-def prefill_check(impl):
+def prefill_check(impl, names):
     """Two prompts of 32 tokens on one device; the second again with each row split over 4 devices."""
     data = batch()
     mesh = make_mesh(MeshConfig(data=2, context=4))
-    for name in RECURRENT:
+    for name in (n for n in RECURRENT if n in names):
         lm = model(name, impl)
         _, cache = prefill(lm, data["input_ids"], init_cache(lm, B, 2 * T))
         second = jnp.flip(data["input_ids"], axis=1)
@@ -104,12 +111,12 @@ def prefill_check(impl):
         print(name, impl, "prefill", f"{worst:.2e}", flush=True)
 
 
-def unsegmented_check(impl):
+def unsegmented_check(impl, names):
     """The forward without segment ids (one document a row) of a model with attention layers, each row split over 4
     devices, against one device: the worst relative RMS over the logits."""
     data = batch()
     mesh = make_mesh(MeshConfig(data=2, context=4))
-    for name in ("transformer", "gla-hybrid"):
+    for name in (n for n in ("transformer", "gla-hybrid") if n in names):
         lm = model(name, impl)
         want = lm(data["input_ids"])
         with jax.set_mesh(mesh):
@@ -117,7 +124,36 @@ def unsegmented_check(impl):
         print(name, impl, "forward", f"{rel_rms(got, want):.2e}", flush=True)
 
 
+def run_and_check(impl, names):
+    """Runs this module for `names` in a process of its own with 8 fake CPU devices and asserts its rows: the loss
+    and gradients at fp32 round-off on both meshes, the all-gathers (only each attention layer's keys and values
+    and the segment ids, without a tensor axis), and the prefills and forwards at fp32 round-off."""
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": str(root), "JAX_PLATFORMS": "cpu", "JAX_DISABLE_MOST_OPTIMIZATIONS": "true",
+           "XLA_FLAGS": "--xla_force_host_platform_device_count=8"}
+    out = subprocess.run([sys.executable, "-m", __spec__.name, impl, *names], cwd=root, env=env,
+                         capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, (out.stdout + out.stderr)[-3000:]
+    rows = [line.split() for line in out.stdout.strip().splitlines()]
+    steps = [r for r in rows if len(r) == 13]
+    others = [r for r in rows if len(r) == 4]
+    expected = (len(MESHES) * len(names), sum(n in names for n in RECURRENT)
+                + sum(n in names for n in ("transformer", "gla-hybrid")))
+    assert (len(steps), len(others)) == expected and len(rows) == sum(expected), out.stdout
+    for name, _, _, error in others:
+        assert float(error) < 1e-5, (name, error)  # logits (and the new cache), fp32 round-off
+    for name, _, mesh, _, loss, _, grads, _, gathers, _, floats, _, attention in steps:
+        assert float(loss) < 1e-6 and float(grads) < FP32_TOL, (name, mesh, loss, grads)  # fp32 round-off
+        if "tensor" not in mesh:  # keys and values of each attention layer, the segment ids once (if any layer)
+            assert int(floats) == 2 * int(attention) and int(gathers) - int(floats) == min(int(attention), 1), (
+                name, mesh, gathers, floats, attention)
+
+
 if __name__ == "__main__":
-    main(sys.argv[1])
-    prefill_check(sys.argv[1])
-    unsegmented_check(sys.argv[1])
+    chosen = sys.argv[2:] or MODELS
+    unknown = sorted(set(chosen) - set(MODELS))
+    if unknown:
+        sys.exit(f"error: MODEL: expected some of {', '.join(MODELS)}, got {', '.join(unknown)}")
+    main(sys.argv[1], chosen)
+    prefill_check(sys.argv[1], chosen)
+    unsegmented_check(sys.argv[1], chosen)
