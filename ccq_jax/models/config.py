@@ -18,7 +18,10 @@ Hybrids: every linear family takes fla's `attn` entry (one `HybridAttention` or 
 dict or a list of dicts): the layers it lists use softmax attention (`ccq_jax.layers.Attention`) with its
 options, the others keep the family's mixer (and its CCQ read). Checked as fla's `normalize_hybrid_attention_config`
 checks it (a layer listed twice or out of range, heads that do not divide, unknown keys: a ValueError naming the
-field). `layer_mixers(cfg)` gives each layer's entry (None: the family's own mixer).
+field). Or per layer, as Qwen3-Next's `layer_types` ("linear_attention" / "full_attention" / "sliding_attention"
+for each layer; `config_base.attn_of_layer_types`): alone it gives the full-attention layers one entry with the
+model's heads, beside `attn` it must agree with it. `layer_mixers(cfg)` gives each layer's entry (None: the
+family's own mixer).
 """
 
 from typing import Any, Mapping

@@ -16,6 +16,7 @@ from ccq_jax.layers.mlp import mlp_width
 from ccq_jax.ops import REFERENCES
 
 DType = Literal["float32", "bfloat16", "float16"]
+LayerType = Literal["linear_attention", "full_attention", "sliding_attention"]
 DEFAULT_KERNEL = KernelPolicy()
 LINEAR_READS = ("impl", "decode_impl", "chunk_size")  # the kernel policy's fields only linear attention uses
 
@@ -113,16 +114,21 @@ class HybridAttention:
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class LinearAttentionConfig(ModelConfig):
     """Fields the linear-attention families share: CCQ, kernels (`ccq_jax.ops` impls), short convolutions, the
-    hybrid attention layers (`attn`, with `sdpa_impl` their attention backend as a Transformer's)."""
+    hybrid attention layers (`attn`, with `sdpa_impl` their attention backend as a Transformer's, or the per-layer
+    list `layer_types`, see `attn_of_layer_types`)."""
 
     ccq: CCQConfig | None = None
     use_short_conv: bool = False
     conv_size: int = 4
     attn: tuple[HybridAttention, ...] | None = None
+    layer_types: tuple[LayerType, ...] | None = None
     sdpa_impl: Literal["xla", "cudnn", "splash"] | None = None
 
     def __post_init__(self):
         super().__post_init__()
+        if self.layer_types is not None:
+            object.__setattr__(self, "attn", attn_of_layer_types(self.layer_types, self.attn, self.num_hidden_layers,
+                                                                 self.hidden_size, self.num_heads))
         check_hybrid(self.attn, self.num_hidden_layers, self.hidden_size)
         self.kernel.check_interpret(splash=self.sdpa_impl == "splash")
         if self.ccq is not None and self.ccq.read != "first_order":
@@ -132,6 +138,41 @@ class LinearAttentionConfig(ModelConfig):
                                      f"{list(REFERENCES)}; the kernels compute the first-order read only, got "
                                      f"{getattr(self.kernel, name)!r}")
         check.integer("conv_size", self.conv_size, minimum=1)
+
+
+def attn_of_layer_types(layer_types, attn, num_hidden_layers: int, hidden_size: int, num_heads: int):
+    """The `attn` entries of a per-layer list in the style of Qwen3-Next's `layer_types` (one of "linear_attention":
+    the family's mixer, "full_attention", "sliding_attention" per layer). Beside `attn` the list is checked against
+    it (each layer's kind as the entries make it: listed with a `window_size`, sliding; listed without, full) and
+    `attn` is returned; without `attn`, the full-attention layers get one entry with the model's `num_heads` and
+    fla's other defaults, and sliding layers are refused (their window has no default). ValueError naming the field."""
+    if len(layer_types) != num_hidden_layers:
+        raise ValueError(f"layer_types: expected one entry per layer (num_hidden_layers={num_hidden_layers}), got "
+                         f"{len(layer_types)}")
+    if attn is None:
+        sliding = [i for i, kind in enumerate(layer_types) if kind == "sliding_attention"]
+        if sliding:
+            raise ValueError(f"layer_types: layers {sliding} are 'sliding_attention', whose window comes from an attn "
+                             f"entry (attn.window_size); got no attn")
+        full = tuple(i for i, kind in enumerate(layer_types) if kind == "full_attention")
+        if not full:
+            return None
+        if num_heads is None:
+            raise ValueError(f"layer_types: layers {list(full)} are 'full_attention', and this model has no num_heads "
+                             f"of its own to give them (Mamba2 derives its heads); give an attn entry with num_heads")
+        attention_head_dim(hidden_size, num_heads, None, None,
+                           prefix="layer_types (full attention with the model's num_heads, attn not given): ")
+        return (HybridAttention(layers=full, num_heads=num_heads),)
+    kinds = ["linear_attention"] * num_hidden_layers
+    for spec in attn:
+        for layer in spec.layers:
+            if 0 <= layer < num_hidden_layers:  # out of range: check_hybrid names it
+                kinds[layer] = "full_attention" if spec.window_size is None else "sliding_attention"
+    for i, (want, got) in enumerate(zip(layer_types, kinds)):
+        if want != got:
+            raise ValueError(f"layer_types[{i}]: {want!r}, but attn makes layer {i} {got!r} (an attn entry that lists "
+                             f"a layer with window_size makes it sliding, without it full)")
+    return attn
 
 
 def check_hybrid(attn, num_hidden_layers: int, hidden_size: int) -> None:

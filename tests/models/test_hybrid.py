@@ -1,5 +1,5 @@
-"""Hybrid models (fla's `attn` entry on a linear family): bad specs refused by name as fla refuses them, the dict
-and list forms and saved configs, each layer's mixer and fla's parameter names, the scanned layers, decoding equal
+"""Hybrid models (fla's `attn` entry on a linear family, or Qwen3-Next's per-layer `layer_types`): bad specs refused
+by name as fla refuses them, the dict and list forms and saved configs, each layer's mixer and fla's parameter names, the scanned layers, decoding equal
 to the forward, generation with per-row prompt lengths, the cache's memory per sequence, FLOPs, and training."""
 
 import jax.numpy as jnp
@@ -65,6 +65,49 @@ def test_dict_and_list_forms_saved_configs_and_old_ones():
     old = {k: v for k, v in get_config("gdn-tiny").to_dict().items() if k not in ("attn", "sdpa_impl")}
     assert config_from_dict(old) == get_config("gdn-tiny")  # saved before hybrids: unchanged
     assert layer_mixers(get_config("gla-1.3b")) == (None,) * 24
+
+
+LINEAR, FULL, SLIDING = "linear_attention", "full_attention", "sliding_attention"
+BAD_LAYER_TYPES = [  # (layer_types, attn, message)
+    ([LINEAR] * 3, None, r"layer_types: expected one entry per layer \(num_hidden_layers=4\), got 3"),
+    ([LINEAR] * 3 + ["full"], None, r"layer_types: expected tuple\[Literal\['linear_attention', 'full_attention', "
+                                     r"'sliding_attention'\], ...\] \| None"),
+    ([LINEAR] * 3 + [SLIDING], None, r"layer_types: layers \[3\] are 'sliding_attention', whose window comes from an "
+                                      r"attn entry"),
+    ([LINEAR] * 4, SPEC, r"layer_types\[1\]: 'linear_attention', but attn makes layer 1 'full_attention'"),
+    ([LINEAR, SLIDING, LINEAR, LINEAR], SPEC, r"layer_types\[1\]: 'sliding_attention', but attn makes layer 1 "
+                                              r"'full_attention'"),
+    ([LINEAR, FULL, LINEAR, LINEAR], dict(SPEC, window_size=8), r"layer_types\[1\]: 'full_attention', but attn makes "
+                                                                 r"layer 1 'sliding_attention'"),
+]
+
+
+def test_layer_types_are_the_per_layer_form_of_attn():
+    qwen = [LINEAR, LINEAR, LINEAR, FULL]  # Qwen3-Next's pattern: full attention after every three linear layers
+    cfg = get_config("gdn-tiny", num_hidden_layers=4, layer_types=qwen)
+    assert cfg.attn == (HybridAttention(layers=(3,), num_heads=cfg.num_heads),)
+    assert layer_mixers(cfg) == (None, None, None, cfg.attn[0])
+    assert config_from_dict(cfg.to_dict()) == cfg and cfg.to_dict()["layer_types"] == qwen
+    both = get_config("gla-tiny", num_hidden_layers=4, layer_types=[LINEAR, SLIDING, LINEAR, FULL],
+                      attn=[dict(SPEC, window_size=8), dict(layers=[3], num_heads=2)])
+    assert [spec.window_size if spec else None for spec in layer_mixers(both)] == [None, 8, None, None]
+    assert layer_mixers(both)[3].num_heads == 2
+    assert get_config("gla-tiny", num_hidden_layers=4, layer_types=[LINEAR] * 4).attn is None
+
+
+@pytest.mark.parametrize("layer_types,attn,message", BAD_LAYER_TYPES)
+def test_bad_layer_types_are_refused_by_name(layer_types, attn, message):
+    with pytest.raises(ValueError, match=message):
+        get_config("gla-tiny", num_hidden_layers=4, layer_types=layer_types, attn=attn)
+
+
+def test_layer_types_refuse_attention_without_heads_to_give_it():
+    with pytest.raises(ValueError, match=r"layer_types \(full attention with the model's num_heads, attn not given\): "
+                                         r"num_heads: must divide hidden_size = 64, got 3"):
+        get_config("gdn-tiny", num_hidden_layers=2, num_heads=3, layer_types=[FULL, LINEAR])
+    with pytest.raises(ValueError, match=r"layer_types: layers \[0\] are 'full_attention', and this model has no "
+                                         r"num_heads of its own"):
+        get_config("mamba2-tiny", num_hidden_layers=2, layer_types=[FULL, LINEAR])
 
 
 def test_each_layer_gets_its_mixer_and_fla_s_parameter_names():
