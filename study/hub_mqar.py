@@ -3,7 +3,7 @@
     python -m study.hub_mqar run --out results/hub_mqar/runs.jsonl [--families gla,ccq-gla] [--steps 3000]
         [--seq-len 256 --pairs 64 --needles 16 --batch 128 --needle-order random] [--hubs 1,2,4,48] [--seeds 0,1,2]
         [--width 64] [--rates 0.00215]
-    python -m study.hub_mqar table results/hub_mqar/runs.jsonl --plot results/hub_mqar/needle_accuracy.png
+    python -m study.hub_mqar table results/hub_mqar/runs.jsonl [more.jsonl ...] --plot results/hub_mqar/needle_accuracy.png
 
 The task (`MQARConfig.hub_keys`, train/data/synthetic.py): T = 256 tokens, 64 key-value pairs in a random
 order, then a query region. 16 needle pairs have keys of their own and are the only ones queried and scored;
@@ -246,6 +246,9 @@ def plot(rows, path: pathlib.Path) -> pathlib.Path:
     ax.set(xscale="log", xlabel=f"hub keys m ({distractors}: every distractor its own key)",
            ylabel="needle accuracy (%)",
            title=f"Hub-key MQAR, T = {shape.seq_len}, {shape.needles} needles among {distractors} distractor pairs")
+    conditions = sorted({k[3] for k in best})
+    ax.set_xticks(conditions, [str(m) for m in conditions])
+    ax.minorticks_off()
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     fig.tight_layout()
@@ -283,8 +286,8 @@ def main(argv=None) -> int:
     go.add_argument("--rates", type=_floats, default=RATES,
                     help=f"learning rates trained side by side (default {RATES[0]:.3g}; Zoology's four: "
                          f"{','.join(f'{r:.3g}' for r in LEARNING_RATES)})")
-    show = sub.add_parser("table", help="the table (and a plot) of a run's rows")
-    show.add_argument("rows", type=pathlib.Path)
+    show = sub.add_parser("table", help="the table (and a plot) of the rows of one or more runs' files")
+    show.add_argument("rows", type=pathlib.Path, nargs="+")
     show.add_argument("--plot", type=pathlib.Path, default=None)
     a = p.parse_args(argv)
     if a.command == "run":
@@ -294,7 +297,10 @@ def main(argv=None) -> int:
         hubs = a.hubs or (1, 2, 4, a.pairs - a.needles)
         run(a.out, a.families, Members(hubs, a.seeds, a.rates), a.steps, a.impl, shape, a.width)
         return 0
-    rows = [json.loads(line) for line in a.rows.read_text().splitlines() if line.strip()]
+    missing = [str(path) for path in a.rows if not path.is_file()]
+    if missing:
+        p.error(f"rows: no such file: {', '.join(missing)}")
+    rows = [json.loads(line) for path in a.rows for line in path.read_text().splitlines() if line.strip()]
     print(table(rows))
     if a.plot is not None:
         print(f"needle accuracy against m: {plot(rows, a.plot)}")

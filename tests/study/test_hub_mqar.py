@@ -1,6 +1,8 @@
 """Hub-key MQAR (train/data/synthetic.py `hub_mqar_example`, study/hub_mqar.py): the layout the study's
 predictions rest on, one compiled program for every condition, the refusals, and the table from rows."""
 
+import json
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -101,3 +103,16 @@ def test_the_table_takes_the_best_rate_per_seed_and_reports_ccq_off_and_the_enga
     wide = [{**r, "width": 128, "test_accuracy": 1.0} for r in rows]  # another width is another row, never maxed over
     text = hub_mqar.table(rows + wide)
     assert "| ccq-gla | 10 | 64 | 1 | 0, 1 | 80.0 +- 14.1 |" in text and "| ccq-gla | 10 | 128 | 1 | 0, 1 | 100.0 +- 0.0 |" in text
+
+
+def test_the_table_command_reads_several_files_and_names_a_missing_one(tmp_path, capsys):
+    rows = [{"family": f, "steps": 10, "hubs": 1, "seed": 0, "lr": 1e-3, "test_accuracy": 0.5,
+             "test_accuracy_ccq_off": None, "engagement": None} for f in ("gla", "gdn")]
+    for row in rows:
+        (tmp_path / f"{row['family']}.jsonl").write_text(json.dumps(row) + "\n")
+    assert hub_mqar.main(["table", str(tmp_path / "gla.jsonl"), str(tmp_path / "gdn.jsonl")]) == 0
+    out = capsys.readouterr().out
+    assert "| gla | 10 | 64 | 1 | 0 | 50.0" in out and "| gdn | 10 | 64 | 1 | 0 | 50.0" in out
+    with pytest.raises(SystemExit):
+        hub_mqar.main(["table", str(tmp_path / "gla.jsonl"), str(tmp_path / "none.jsonl")])
+    assert "error: rows: no such file: " in capsys.readouterr().err
