@@ -1,9 +1,15 @@
 """`ccq-compile` for a TPU topology (libtpu's compiler on a CPU; `-m tpu_aot`, JAX_PLATFORMS=cpu, the `tpu` extra):
 a small linear-attention run's whole train call, FSDP over a v5e-4's chips, compiles with the Mosaic TPU kernels
 inside the per-device shard_map (three kernel calls per layer for a backbone, six with CCQ; the tiny presets have
-two layers, unrolled), and its per-chip memory fits; the same with each sequence split over the chips (mesh.context)."""
+two layers, unrolled), and its per-chip memory fits; the same with each sequence split over the chips (mesh.context);
+splash attention; and the libtpu abort that keeps pretrain-1.3b's ccq-gdn2 off the kernels, still there."""
+
+import os
+import subprocess
+import sys
 
 import pytest
+import yaml
 
 from ccq_jax.models import get_config
 from train.aot import TPU_HBM_GIB, compile_run, topology_devices
@@ -65,3 +71,22 @@ def test_splash_attention_compiles_for_a_tpu_topology_beside_the_chunk_form(mode
     assert row["compiled"], row.get("error")
     attention_layers = 2 if model == "transformer-tiny" else 1
     assert row["kernel_calls"] == 3 * attention_layers and row["fits"]
+
+
+def test_the_libtpu_abort_that_keeps_ccq_gdn2_1_3b_off_the_kernels_is_still_there(tmp_path):
+    """pretrain-1.3b runs ccq-gdn2-1.3b on the XLA chunked form because libtpu 0.0.48.1 aborts compiling its train
+    step with the kernels under block remat (docs/tpu.md): one layer and 4 rows of 4096 abort in seconds. When a libtpu
+    compiles this, the workaround is stale: put the run back on the kernels."""
+    pytest.importorskip("libtpu")
+    run = dict(name="ccq-gdn2-one-layer", model="ccq-gdn2-1.3b", steps=1000, steps_per_call=1, eval_batches=0,
+               checkpoint_every=0, mesh={"data": 1, "fsdp": -1},
+               model_overrides={"dtype": "bfloat16", "kernel.impl": "pallas", "scan_layers": False,
+                                "remat_policy": "block", "num_hidden_layers": 1},
+               data={"source": "array_record", "paths": ["unused"], "seq_len": 4096, "batch_size": 4})
+    config = tmp_path / "run.yaml"
+    config.write_text(yaml.safe_dump(run))
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "ALLOW_MULTIPLE_LIBTPU_LOAD": "1"}
+    out = subprocess.run([sys.executable, "-m", "train.aot", "--config", str(config), "--topology", "v5p:2x2x1"],
+                         env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode != 0, "libtpu compiles ccq-gdn2 with the kernels now: put pretrain-1.3b's run back on them"
+    assert "split of a padded window dim is not supported" in out.stderr, out.stderr[-2000:]
