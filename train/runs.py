@@ -8,8 +8,7 @@ and CCQ's difference to its own backbone beside it; about five minutes on a 2-co
 `smoke`: one tiny GLA for 20 steps, 5 of them warmup (checks an install in seconds).
 `pretrain-1.3b`: the 1.3B linear-attention presets (GLA, Gated DeltaNet, KDA, each with and without
 CCQ, GDN-2 and CCQ-GDN-2) on `ccq-prepare-data` shards in data/shards: 4096-token rows, 0.5M tokens a step (128
-rows in 4 microbatches), bf16 compute on fp32 parameters, the Pallas kernels (CCQ-GDN-2: the XLA chunked form in
-8 microbatches, see RUNS), each block
+rows in 4 microbatches), bf16 compute on fp32 parameters, the Pallas kernels, each block
 recomputed in the backward pass, FSDP over every device, 20,000 steps (10.5B tokens). `ccq-compile --config pretrain-1.3b --topology v5p:2x2x1`
 checks it for a pod slice on a CPU (docs/tpu.md has per-chip memory on v5p-8 and v6e-8).
 
@@ -46,14 +45,14 @@ def _mqar_run(model: str, steps: int, warmup_steps: int = 50) -> TrainConfig:
     )
 
 
-def _pretrain_run(model: str, impl: str = "pallas", grad_accum: int = 4) -> TrainConfig:
+def _pretrain_run(model: str) -> TrainConfig:
     return TrainConfig(
         name=model, model=model,
-        model_overrides={"dtype": "bfloat16", "param_dtype": "float32", "kernel.impl": impl,
+        model_overrides={"dtype": "bfloat16", "param_dtype": "float32", "kernel.impl": "pallas",
                          "scan_layers": True, "remat_policy": "block"},
         data=DataConfig(source="array_record", paths=("data/shards",), seq_len=4096, batch_size=128),
         optim=OptimConfig(lr=3e-4, warmup_steps=1000, weight_decay=0.1, min_lr_ratio=0.1),
-        mesh=MeshConfig(data=1, fsdp=-1), grad_accum=grad_accum, steps=20_000, log_every=50, steps_per_call=1,
+        mesh=MeshConfig(data=1, fsdp=-1), grad_accum=4, steps=20_000, log_every=50, steps_per_call=1,
         eval_batches=0, checkpoint_every=1000,
     )
 
@@ -68,11 +67,8 @@ RUNS = {
     "mqar-tiny": lambda: [_mqar_run(m, steps=1000) for m in DEMO_MODELS],
     "demo": lambda: [_seeded(_mqar_run(m, steps=1000), s) for m in DEMO_MODELS for s in DEMO_SEEDS],
     "smoke": lambda: [_mqar_run("gla-tiny", steps=20, warmup_steps=5)],
-    # ccq-gdn2 on the XLA chunked form in 8 microbatches: libtpu 0.0.48.1 aborts compiling its train step with the
-    # kernels under block remat, and the chunked form in 4 microbatches needs 108 GiB a v5p chip (docs/tpu.md)
     "pretrain-1.3b": lambda: [_pretrain_run(f"{m}-1.3b") for m in ("gla", "ccq-gla", "gdn", "ccq-gdn", "kda", "ccq-kda",
-                                                                  "gdn2")]
-                             + [_pretrain_run("ccq-gdn2-1.3b", impl="chunk", grad_accum=8)],
+                                                                  "gdn2", "ccq-gdn2")],
 }
 
 

@@ -148,3 +148,18 @@ def test_bf16_inputs_with_fp32_states(name):
                segment_ids=x["segment_ids"], impl="recurrent")[0]
     assert o.dtype == jnp.bfloat16 and s.dtype == jnp.float32
     assert rel_rms(np.asarray(o, np.float32), o_ref) < OUT_TOL
+
+
+def test_the_chunk_form_never_forms_the_per_channel_pairwise_decay():
+    """The diagonal 16-token sub-blocks' decay exp(sum_{j < l <= i} g_l) per key channel, [..., 16, 16, K], is 16 times
+    the size of q at K = 128 (4 GiB a chip for KDA-1.3B's 8 rows of 4096 on a TPU, several alive in the backward);
+    `diagonal_scores` forms it one key position at a time. The compiled fwd+bwd's temporaries on a CPU: 2.5 copies'
+    worth at this shape, against 6.9 when the decay was formed whole."""
+    b, t, h, dk, dv = 1, 512, 2, 128, 32
+    spec = lambda *shape: jax.ShapeDtypeStruct(shape, jnp.float32)
+    args = (spec(b, t, h, dk), spec(b, t, h, dk), spec(b, t, h, dv), spec(b, t, h, dk), spec(b, t, h, dk))
+    loss = lambda *xs: jnp.sum(ops.generalized_delta_rule(*xs, impl="chunk", chunk_size=64)[0])
+    grad = jax.jit(jax.grad(loss, argnums=(0, 1, 2, 3, 4)))
+    temp = grad.lower(*args).compile().memory_analysis().temp_size_in_bytes
+    pairwise = b * h * t * 16 * dk * 4  # [B, H, T / 16 sub-blocks, 16, 16, K] fp32
+    assert temp < 3 * pairwise, (temp, pairwise)
