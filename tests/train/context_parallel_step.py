@@ -39,6 +39,7 @@ from train.step import lm_loss, split_model
 MODELS = ("ccq-gla", "ccq-gdn", "transformer", "gla-hybrid", "gdn-hybrid", "ccq-kda")
 LOSS_CHUNKS = (8, 0, 0, 8, 0, 8)  # the loss over slices of 8 positions (a device's slices each) for some
 RECURRENT = ("ccq-gla", "ccq-gdn", "gla-hybrid", "gdn-hybrid", "ccq-kda")  # with a recurrent cache to prefill
+UNSEGMENTED = ("transformer", "gla-hybrid")  # with attention layers, also run without segment ids
 MESHES = ({"data": 2, "context": 4}, {"data": 2, "context": 2, "tensor": 2})
 B, T = 4, 32
 
@@ -116,7 +117,7 @@ def unsegmented_check(impl, names):
     devices, against one device: the worst relative RMS over the logits."""
     data = batch()
     mesh = make_mesh(MeshConfig(data=2, context=4))
-    for name in (n for n in ("transformer", "gla-hybrid") if n in names):
+    for name in (n for n in UNSEGMENTED if n in names):
         lm = model(name, impl)
         want = lm(data["input_ids"])
         with jax.set_mesh(mesh):
@@ -138,7 +139,7 @@ def run_and_check(impl, names):
     steps = [r for r in rows if len(r) == 13]
     others = [r for r in rows if len(r) == 4]
     expected = (len(MESHES) * len(names), sum(n in names for n in RECURRENT)
-                + sum(n in names for n in ("transformer", "gla-hybrid")))
+                + sum(n in names for n in UNSEGMENTED))
     assert (len(steps), len(others)) == expected and len(rows) == sum(expected), out.stdout
     for name, _, _, error in others:
         assert float(error) < 1e-5, (name, error)  # logits (and the new cache), fp32 round-off

@@ -4,12 +4,12 @@ inside the per-device shard_map (three kernel calls per layer for a backbone, si
 two layers, unrolled), and its per-chip memory fits; the same with each sequence split over the chips (mesh.context);
 splash attention; and one layer of ccq-gdn2-1.3b, which libtpu once aborted compiling."""
 
+import json
 import os
 import subprocess
 import sys
 
 import pytest
-import yaml
 
 from ccq_jax.models import get_config
 from train.aot import TPU_HBM_GIB, compile_run, topology_devices
@@ -74,20 +74,17 @@ def test_splash_attention_compiles_for_a_tpu_topology_beside_the_chunk_form(mode
 
 
 def test_ccq_gdn2_with_the_kernels_under_block_remat_compiles_where_libtpu_used_to_abort(tmp_path):
-    """One layer of ccq-gdn2-1.3b, 4 rows of 4096, the kernels, block remat: libtpu 0.0.48.1 aborted the process
-    compiling this ("split of a padded window dim is not supported", docs/tpu.md) while the chunk factors formed the
-    per-channel pairwise decay whole; it compiles since `diagonal_scores` forms it a key position at a time. In a
-    process of its own, so that an abort fails this test instead of killing the worker."""
+    """pretrain-1.3b's ccq-gdn2-1.3b cut to one unscanned layer and 4 rows of 4096 (the kernels, block remat): libtpu
+    0.0.48.1 aborted the process compiling this ("split of a padded window dim is not supported", docs/tpu.md) while
+    the chunk factors formed the per-channel pairwise decay whole; it compiles since `diagonal_scores` forms it a key
+    position at a time. In a process of its own, so that an abort fails this test instead of killing the worker."""
     pytest.importorskip("libtpu")
-    run = dict(name="ccq-gdn2-one-layer", model="ccq-gdn2-1.3b", steps=1000, steps_per_call=1, eval_batches=0,
-               checkpoint_every=0, mesh={"data": 1, "fsdp": -1},
-               model_overrides={"dtype": "bfloat16", "kernel.impl": "pallas", "scan_layers": False,
-                                "remat_policy": "block", "num_hidden_layers": 1},
-               data={"source": "array_record", "paths": ["unused"], "seq_len": 4096, "batch_size": 4})
-    config = tmp_path / "run.yaml"
-    config.write_text(yaml.safe_dump(run))
+    rows = tmp_path / "rows.jsonl"
+    smaller = ["model.num_hidden_layers=1", "model.scan_layers=false", "data.batch_size=4", "grad_accum=1"]
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "ALLOW_MULTIPLE_LIBTPU_LOAD": "1"}
-    out = subprocess.run([sys.executable, "-m", "train.aot", "--config", str(config), "--topology", "v5p:2x2x1"],
+    out = subprocess.run([sys.executable, "-m", "train.aot", "--config", "pretrain-1.3b", "--only", "ccq-gdn2-1.3b",
+                          "--topology", "v5p:2x2x1", "--out", str(rows), *(f"--set={s}" for s in smaller)],
                          env=env, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
-    assert "ccq-gdn2-one-layer" in out.stdout and "True" in out.stdout.splitlines()[-1], out.stdout
+    (row,) = [json.loads(line) for line in rows.read_text().splitlines()]
+    assert row["compiled"] and row["fits"], row
