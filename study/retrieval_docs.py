@@ -15,11 +15,15 @@ default 1,600 documents it is about 1.9M tokens, 2 % of the 95.9M-token training
 """
 
 import argparse
+import contextlib
 import json
 import math
+import multiprocessing
 import pathlib
 import tempfile
+from concurrent.futures import ProcessPoolExecutor
 
+from ccq_jax.progress import progress as progress_bar
 from ccq_jax.tokenizers import load_tokenizer
 from eval import niah
 from eval.models import TextTokenizer
@@ -44,23 +48,35 @@ def haystack_text(corpus: pathlib.Path, words: int = HAYSTACK_WORDS) -> str:
     return " ".join(taken[:words])
 
 
-def retrieval_documents(tokenizer, haystack: str, documents: int, seed: int, lengths=LENGTHS,
-                        progress: bool = False) -> list[dict]:
-    """About `documents` training documents (a whole number per task, length and depth): prompt + answer."""
-    if documents < 1:
-        raise ValueError(f"documents: expected >= 1, got {documents}")
-    tok = TextTokenizer(tokenizer)
-    cells = len(niah.TASKS) * len(lengths) * len(niah.DEFAULT_DEPTHS)
-    per_cell = math.ceil(documents / cells)
-    out = []
+def _cell_documents(tokenizer, haystack: str, task: str, length: int, depth: int, per_cell: int, seed: int) -> list:
+    """The documents of one (task, length, depth) cell, in `niah.generate_samples`'s index order."""
     with tempfile.TemporaryDirectory() as essays:
         (pathlib.Path(essays) / "haystack.txt").write_text(haystack, encoding="utf-8")
-        for task in niah.TASKS:
-            samples = niah.generate_samples(task, tok, lengths=lengths, num_samples=per_cell, seed=seed,
-                                            tokens_to_generate=ANSWER_ROOM, essay_dir=essays, progress=progress)
-            out += [{"text": f"{s.prompt} {s.outputs[0]}.", "source": "retrieval", "path": f"retrieval/{task}/"
-                     f"{s.length}/{s.depth}/{s.index}"} for s in samples]
-    return out
+        samples = niah.generate_samples(task, TextTokenizer(tokenizer), lengths=(length,), depths=(depth,),
+                                        num_samples=per_cell, seed=seed, tokens_to_generate=ANSWER_ROOM,
+                                        essay_dir=essays, progress=False)
+    return [{"text": f"{s.prompt} {s.outputs[0]}.", "source": "retrieval",
+             "path": f"retrieval/{task}/{s.length}/{s.depth}/{s.index}"} for s in samples]
+
+
+def retrieval_documents(tokenizer, haystack: str, documents: int, seed: int, lengths=LENGTHS,
+                        progress: bool = False, workers: int = 1) -> list[dict]:
+    """About `documents` training documents (a whole number per task, length and depth): prompt + answer.
+
+    Each sample's needle is drawn from its own (seed, task, length, depth, index), so the cells are made apart,
+    by `workers` processes where more than one, and the documents do not depend on `workers`."""
+    if documents < 1:
+        raise ValueError(f"documents: expected >= 1, got {documents}")
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"workers: expected a positive int, got {workers!r}")
+    cells = [(task, length, depth) for task in niah.TASKS for length in lengths for depth in niah.DEFAULT_DEPTHS]
+    per_cell = math.ceil(documents / len(cells))
+    jobs = [(tokenizer, haystack, task, length, depth, per_cell, seed) for task, length, depth in cells]
+    with contextlib.ExitStack() as stack:
+        pool = None if workers == 1 else stack.enter_context(
+            ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")))
+        made = (map if pool is None else pool.map)(_cell_documents, *zip(*jobs))
+        return [d for docs in progress_bar(made, total=len(jobs), desc="cells", disable=not progress) for d in docs]
 
 
 def main(argv=None) -> int:
@@ -72,9 +88,11 @@ def main(argv=None) -> int:
                    help="prompt lengths in tokens, answer included")
     p.add_argument("--tokenizer", default=None, help="default: the corpus's tokenizer/tokenizer.json")
     p.add_argument("--out", required=True, type=pathlib.Path, help="JSON lines, one document each")
+    p.add_argument("--workers", type=int, default=1, help="processes making the (task, length, depth) cells")
     a = p.parse_args(argv)
     tokenizer = load_tokenizer(a.tokenizer or str(a.corpus / "tokenizer" / "tokenizer.json"))
-    docs = retrieval_documents(tokenizer, haystack_text(a.corpus), a.documents, a.seed, a.lengths, progress=True)
+    docs = retrieval_documents(tokenizer, haystack_text(a.corpus), a.documents, a.seed, a.lengths, progress=True,
+                               workers=a.workers)
     a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.write_text("".join(json.dumps(d) + "\n" for d in docs))
     tokens = sum(len(tokenizer.encode(d["text"])) for d in docs)

@@ -11,7 +11,8 @@
 # machine resumes it, and a run at another seed or with another mix (another OUT name) never resumes an earlier
 # one's checkpoint. After training, the
 # evaluations run side by side as separate processes (their compilations dominate and use one core each):
-# held-out perplexity at 2048, perplexity at 2K-16K through the recurrent cache, S-NIAH single_1/2/3 at 1K-8K,
+# held-out perplexity at 2048, perplexity at 2K-16K through the recurrent cache, S-NIAH single_1/2/3 at 1K-8K
+# (generated answers, and the graded rank of the true value among 10),
 # Delta-mu, and for CCQ models each again with CCQ off. Each writes OUT/<name>/ and OUT/<name>.log.
 # RETRIEVAL_DOCUMENTS=N (default 0: none) adds N S-NIAH-format documents to the training data
 # (study/retrieval_docs.py; the docs that report such a run must say so).
@@ -39,7 +40,7 @@ if [ "${RETRIEVAL_DOCUMENTS:-0}" -gt 0 ]; then
   extra=$corpus/retrieval_$RETRIEVAL_DOCUMENTS
   if [ ! -f "$extra/shards/manifest.json" ]; then
     $py -m study.retrieval_docs --corpus "$corpus" --documents "$RETRIEVAL_DOCUMENTS" --out "$extra/niah.jsonl" \
-      > "$out/retrieval_docs.log" 2>&1
+      --workers "$(nproc)" > "$out/retrieval_docs.log" 2>&1
     $py -m train.data.prepare --source jsonl --paths "$extra/niah.jsonl" \
       --tokenizer "$corpus/tokenizer/tokenizer.json" --output "$extra/shards" --threads "$(nproc)" \
       >> "$out/retrieval_docs.log" 2>&1
@@ -67,7 +68,7 @@ evaluations() {  # every evaluation of this run: CCQ models' also with CCQ off
     evaluate "extrapolation$tag" extrapolation --ccq "$mode" --data "$heldout" --lengths 2048,4096,8192,16384 \
       --pack --batch-size 16
     evaluate "niah$tag" niah --ccq "$mode" --tasks niah_single_1,niah_single_2,niah_single_3 \
-      --lengths 1024,2048,4096,8192 --depths 0,25,50,75,100 --num-samples 4 --batch-size 20
+      --lengths 1024,2048,4096,8192 --depths 0,25,50,75,100 --num-samples 4 --batch-size 20 --graded
     evaluate "delta_mu$tag" delta-mu --ccq "$mode"
   done
 }

@@ -45,3 +45,13 @@ def test_cli_reads_the_corpus_haystack_and_says_what_is_missing(tmp_path):
     assert main(["--corpus", str(corpus), "--documents", "3", "--tokenizer", "byte", "--lengths", "1024,2048",
                  "--out", str(out)]) == 0
     assert len(out.read_text().splitlines()) == len(niah.TASKS) * len(LENGTHS) * len(niah.DEFAULT_DEPTHS)
+
+
+def test_workers_make_the_same_documents_and_bad_counts_are_named():
+    tok = load_tokenizer("byte")
+    one = retrieval_documents(tok, HAYSTACK, documents=70, seed=3, lengths=LENGTHS)
+    assert retrieval_documents(tok, HAYSTACK, documents=70, seed=3, lengths=LENGTHS, workers=2) == one
+    assert len({d["text"] for d in one}) == len(one)  # the second sample of a cell is another draw
+    for bad in (0, 1.5, True):
+        with pytest.raises(ValueError, match=r"workers: expected a positive int"):
+            retrieval_documents(tok, HAYSTACK, documents=3, seed=1, lengths=LENGTHS, workers=bad)
