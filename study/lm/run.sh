@@ -13,7 +13,9 @@
 # evaluations run side by side as separate processes (their compilations dominate and use one core each):
 # held-out perplexity at 2048, perplexity at 2K-16K through the recurrent cache, S-NIAH single_1/2/3 at 1K-8K
 # (generated answers, and the graded rank of the true value among 10),
-# Delta-mu, and for CCQ models each again with CCQ off. Each writes OUT/<name>/ and OUT/<name>.log.
+# Delta-mu, and for CCQ models each again with CCQ off; for linear models `study.lm.causality` on the trained
+# weights. Each writes OUT/<name>/ (causality: OUT/causality.json) and OUT/<name>.log; a Transformer has no
+# Delta-mu or causality check (they read linear-attention layers).
 # RETRIEVAL_DOCUMENTS=N (default 0: none) adds N S-NIAH-format documents to the training data
 # (study/retrieval_docs.py; the docs that report such a run must say so).
 # EVALUATE_ONLY="EVALUATION ..." (for example "niah niah_ccq_off") skips training and runs only those evaluations
@@ -51,26 +53,34 @@ stamp "corpus ready"
 heldout=$corpus/documents/heldout
 only=${EVALUATE_ONLY:-}
 planned=()  # filled instead of running while `planning` is set
-evaluate() {  # NAME COMMAND [ARGS...]: one ccq-eval command on the checkpoint, in the background
+evaluate() {  # NAME MODULE [ARGS...]: `python -m MODULE ARGS` on the checkpoint, in the background
   local name=$1; shift
   if [ -n "${planning:-}" ]; then planned+=("$name"); return 0; fi
   [ -z "$only" ] || [[ " $only " == *" $name "* ]] || return 0
-  XLA_PYTHON_CLIENT_PREALLOCATE=false $py -m eval "$@" --checkpoint "$ckpt" \
-    --tokenizer "$corpus/tokenizer/tokenizer.json" --out "$out/$name" --no-progress > "$out/$name.log" 2>&1 \
+  XLA_PYTHON_CLIENT_PREALLOCATE=false $py -m "$@" --checkpoint "$ckpt" \
+    --tokenizer "$corpus/tokenizer/tokenizer.json" > "$out/$name.log" 2>&1 \
     && stamp "$name done" || stamp "$name FAILED (see $name.log)" &
+}
+ccq_eval() {  # NAME COMMAND [ARGS...]: one ccq-eval command, writing OUT/NAME/
+  local name=$1; shift
+  evaluate "$name" eval "$@" --out "$out/$name" --no-progress
 }
 modes=(on)
 case $run in ccq-*) modes+=(off) ;; esac
+linear=$([[ $run == transformer-* ]] || echo 1)  # Delta-mu and the causality check read linear-attention layers
 evaluations() {  # every evaluation of this run: CCQ models' also with CCQ off
   for mode in "${modes[@]}"; do
     tag=$([ "$mode" = off ] && echo "_ccq_off" || true)
-    evaluate "ppl$tag" ppl --ccq "$mode" --data "$heldout" --window 2048 --batch-size 16
-    evaluate "extrapolation$tag" extrapolation --ccq "$mode" --data "$heldout" --lengths 2048,4096,8192,16384 \
+    ccq_eval "ppl$tag" ppl --ccq "$mode" --data "$heldout" --window 2048 --batch-size 16
+    ccq_eval "extrapolation$tag" extrapolation --ccq "$mode" --data "$heldout" --lengths 2048,4096,8192,16384 \
       --pack --batch-size 16
-    evaluate "niah$tag" niah --ccq "$mode" --tasks niah_single_1,niah_single_2,niah_single_3 \
+    ccq_eval "niah$tag" niah --ccq "$mode" --tasks niah_single_1,niah_single_2,niah_single_3 \
       --lengths 1024,2048,4096,8192 --depths 0,25,50,75,100 --num-samples 4 --batch-size 20 --graded
-    evaluate "delta_mu$tag" delta-mu --ccq "$mode"
+    [ -z "$linear" ] || ccq_eval "delta_mu$tag" delta-mu --ccq "$mode"
   done
+  # the trained weights' causality, and the kernels' loss against the token-by-token recurrence's
+  [ -z "$linear" ] || evaluate causality study.lm.causality --data "$heldout" --batch 2 --length 2048 \
+    --cut 1000 --out "$out/causality.json"
 }
 
 if [ -n "$only" ]; then

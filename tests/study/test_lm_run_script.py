@@ -38,8 +38,17 @@ def test_full_run_trains_then_runs_every_evaluation(tmp_path):
     proc, commands = _run(tmp_path, "ccq-gla-100m")
     assert proc.returncode == 0, proc.stderr
     assert commands[0] == ["-m", "train", "--config"]
-    evaluations = sorted(c[2] for c in commands[1:])
-    assert evaluations == sorted(["ppl", "extrapolation", "niah", "delta-mu"] * 2)  # CCQ on and off
+    evaluations = sorted(c[1] if c[1] != "eval" else c[2] for c in commands[1:])
+    # CCQ on and off; the trained weights' causality once
+    assert evaluations == sorted(["ppl", "extrapolation", "niah", "delta-mu"] * 2 + ["study.lm.causality"])
+    assert "causality done" in (tmp_path / "out" / "timeline.txt").read_text()
+
+
+def test_a_transformer_has_no_delta_mu_or_causality_check(tmp_path):
+    """Both read linear-attention layers: asked of a Transformer they could only fail."""
+    proc, commands = _run(tmp_path, "transformer-100m")
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(c[2] for c in commands[1:]) == ["extrapolation", "niah", "ppl"]
 
 
 def test_evaluate_only_skips_training_and_other_evaluations(tmp_path):
@@ -78,7 +87,7 @@ def test_evaluate_only_accepts_only_the_runs_own_evaluations(tmp_path):
     _run(tmp_path, "gdn-100m")
     proc, commands = _run(tmp_path, "gdn-100m", EVALUATE_ONLY="niah_ccq_off")
     assert proc.returncode == 2 and commands == []
-    assert "expected names among ppl extrapolation niah delta_mu (those of gdn-100m), got niah_ccq_off" in proc.stderr
+    assert "expected names among ppl extrapolation niah delta_mu causality (those of gdn-100m), got niah_ccq_off" in proc.stderr
     _run(tmp_path, "ccq-gdn-100m")
     proc, commands = _run(tmp_path, "ccq-gdn-100m", EVALUATE_ONLY="niah_ccq_off")
     assert proc.returncode == 0 and commands == [["-m", "eval", "niah"]]
