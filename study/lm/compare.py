@@ -6,9 +6,11 @@ Each folder under the root is one run of `study/lm/run.sh` (RUN, or RUN-seedN fo
 `--set seed=N --set data.seed=N`; no suffix is runs.yaml's seed 0). The numbers come from the logs that every
 `ccq-eval` command writes (`ppl.log`, `extrapolation.log`, `niah.log`, `delta_mu.log`, and `*_ccq_off.log` for
 the CCQ-off evaluations) and from `metrics.jsonl`. A run without an S-NIAH log (its call stopped before
-S-NIAH finished) shows "not run" there; every other log must be present. Prints three markdown tables: every
-run; each model's mean and range over its seeds; and each comparison of `PAIRS` (CCQ minus its backbone, fixed
-gate minus learned) per seed both runs have.
+S-NIAH finished) shows "not run" there, one without a Delta-mu log (a Transformer: Delta-mu reads
+linear-attention keys) "-"; every other log must be present. Prints four markdown tables: every run; each
+model's mean and range over its seeds; each comparison of `PAIRS` (CCQ minus its backbone, fixed gate minus
+learned) per seed both runs have; and the training loss at `LOSS_STEPS` and over the last `LAST_STEPS` steps,
+per seed (runs of one seed and mix read the same batches: the positive controls' comparison).
 """
 
 from __future__ import annotations
@@ -25,17 +27,19 @@ import statistics
 PAIRS = (("ccq-gla-100m", "gla-100m"), ("ccq-gdn-100m", "gdn-100m"),
          ("ccq-gla-100m-retrieval1600", "gla-100m-retrieval1600"), ("ccq-gla-100m-fixed", "ccq-gla-100m"))
 LENGTHS = (2048, 4096, 8192, 16384)
+LOSS_STEPS = (100, 200, 400, 800, 1200, 1460)
+LAST_STEPS = 200
 SEED_SUFFIX = re.compile(r"^(?P<model>.+)-seed(?P<seed>\d+)$")
 
 
 @dataclasses.dataclass(frozen=True)
 class Evaluation:
     """One model's evaluations with CCQ on (or off): held-out perplexity, perplexity at each length, S-NIAH
-    accuracy per task over all lengths and depths (percent; None: not run), mean Delta-mu."""
+    accuracy per task over all lengths and depths (percent; None: not run), mean Delta-mu (None: none)."""
     perplexity: float
     by_length: dict
     niah: dict | None
-    delta_mu: float
+    delta_mu: float | None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,6 +48,7 @@ class Run:
     seed: int
     last_loss: float
     tokens_per_s: float
+    losses: dict  # {step: training loss} of metrics.jsonl
     on: Evaluation
     off: Evaluation | None  # CCQ models only
 
@@ -64,10 +69,11 @@ def read_evaluation(folder: pathlib.Path, tag: str = "") -> Evaluation:
                 re.findall(r"^(niah_\S+)\s.*\s([\d.]+)\s*$", niah_log.read_text(), re.M)) if niah_log.exists() else None
     if sorted(by_length) != list(LENGTHS) or niah == {}:
         raise ValueError(f"{folder}: expected perplexity at {LENGTHS} and S-NIAH rows in its{tag} logs")
+    delta_mu_log = folder / f"delta_mu{tag}.log"
+    delta_mu = float(_search(r"mean Delta-mu over layers and heads: (\S+)", delta_mu_log)[1]) \
+        if delta_mu_log.exists() else None
     return Evaluation(perplexity=float(_search(r"^perplexity (\S+)", folder / f"ppl{tag}.log")[1]),
-                      by_length=by_length, niah=niah,
-                      delta_mu=float(_search(r"mean Delta-mu over layers and heads: (\S+)",
-                                             folder / f"delta_mu{tag}.log")[1]))
+                      by_length=by_length, niah=niah, delta_mu=delta_mu)
 
 
 def read_run(folder: pathlib.Path) -> Run:
@@ -81,7 +87,8 @@ def read_run(folder: pathlib.Path) -> Run:
     # the first row holds the compilation and the last one misreports its rate (docs/results.md): both left out
     rate = statistics.median(r["tokens_per_s"] for r in rows[1:-1])
     off = read_evaluation(folder, "_ccq_off") if (folder / "ppl_ccq_off.log").exists() else None
-    return Run(model, seed, rows[-1]["loss"], rate, read_evaluation(folder), off)
+    losses = {r["step"]: r["loss"] for r in rows}
+    return Run(model, seed, rows[-1]["loss"], rate, losses, read_evaluation(folder), off)
 
 
 def read_runs(root: pathlib.Path) -> list[Run]:
@@ -102,7 +109,7 @@ def runs_table(runs) -> str:
              "|---|---:|---:|---:|---:|---|---|---:|---:|"]
     for r in runs:
         off = f"{r.off.perplexity:.3f}" if r.off else "-"
-        mu = f"{r.on.delta_mu:.3f}" + (f" ({r.off.delta_mu:.3f})" if r.off else "")
+        mu = "-" if r.on.delta_mu is None else f"{r.on.delta_mu:.3f}" + (f" ({r.off.delta_mu:.3f})" if r.off else "")
         lines.append(f"| {r.model} | {r.seed} | {r.last_loss:.3f} | {r.on.perplexity:.3f} | {off} | "
                      + " / ".join(f"{r.on.by_length[n]:.2f}" for n in LENGTHS)
                      + f" | {_niah(r.on)} | {mu} | {r.tokens_per_s / 1e3:.0f}K |")
@@ -148,11 +155,27 @@ def pairs_table(runs) -> str:
     return "\n".join(lines)
 
 
+def last_mean(run: Run, last: int = LAST_STEPS) -> float:
+    """The mean logged training loss over the run's last `last` steps."""
+    final = max(run.losses)
+    return statistics.mean(v for step, v in run.losses.items() if step > final - last)
+
+
+def losses_table(runs) -> str:
+    """Training loss at LOSS_STEPS and over the last LAST_STEPS steps, runs of one seed together."""
+    lines = ["| model | seed | " + " | ".join(f"step {s}" for s in LOSS_STEPS) + f" | last {LAST_STEPS} steps |",
+             "|---|---:|" + "---:|" * (len(LOSS_STEPS) + 1)]
+    for r in sorted(runs, key=lambda r: (r.seed, last_mean(r))):
+        cells = [f"{r.losses[s]:.3f}" if s in r.losses else "-" for s in LOSS_STEPS]
+        lines.append(f"| {r.model} | {r.seed} | " + " | ".join(cells) + f" | {last_mean(r):.3f} |")
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("root", type=pathlib.Path, help="the folder of run folders (results/lm)")
     runs = read_runs(p.parse_args(argv).root)
-    print(runs_table(runs), seeds_table(runs), pairs_table(runs), sep="\n\n")
+    print(runs_table(runs), seeds_table(runs), pairs_table(runs), losses_table(runs), sep="\n\n")
     return 0
 
 

@@ -8,7 +8,9 @@ right format with the wrong value. For each run folder under the root and each S
 answers shaped like the needle's value (its first word a digit string for a number; for a UUID eight hex digits,
 a dash, then hex digits and dashes), the share whose first character is the value's first character, that
 share's chance level for a value-shaped guess (1/9 for the numbers, which start with 1-9; 1/16 for UUIDs), and
-the most common first word with its share.
+the most common first word with its share. Where the evaluation also wrote graded records
+(`niah_single_*_graded.jsonl.gz`, `ccq-eval niah --graded`), a second table gives the graded score per length:
+the true value's teacher-forced rank among values of its length (`eval.niah.summarize_graded`; 0.5 chance).
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ import gzip
 import json
 import pathlib
 import re
+
+from eval.niah import summarize_graded
 
 SHAPES = {"number": re.compile(r"\d+"), "uuid": re.compile(r"[0-9a-f]{8}-[0-9a-f-]*")}
 CHANCE = {"number": 1 / 9, "uuid": 1 / 16}
@@ -66,14 +70,24 @@ def summarise(records: list[dict], run: str, evaluation: str) -> AnswerSummary:
     return AnswerSummary(run, evaluation, records[0]["task"], n, shaped / n, right / n, CHANCE[kind], common, count / n)
 
 
+GRADED = "_graded.jsonl.gz"
+
+
+def _records(path: pathlib.Path) -> list[dict]:
+    with gzip.open(path, "rt") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
 def read_root(root: pathlib.Path) -> list[AnswerSummary]:
-    """Every run folder's S-NIAH evaluations under `root`, in name order."""
-    summaries = []
-    for path in sorted(root.glob("*/niah*/niah_single_*.jsonl.gz")):
-        with gzip.open(path, "rt") as f:
-            records = [json.loads(line) for line in f if line.strip()]
-        summaries.append(summarise(records, path.parent.parent.name, path.parent.name))
-    return summaries
+    """Every run folder's S-NIAH evaluations under `root` (generated answers), in name order."""
+    return [summarise(_records(path), path.parent.parent.name, path.parent.name)
+            for path in sorted(root.glob("*/niah*/niah_single_*.jsonl.gz")) if not path.name.endswith(GRADED)]
+
+
+def read_graded(root: pathlib.Path) -> list[tuple[str, str, str, dict]]:
+    """(run, evaluation, task, `summarize_graded` of its records) for every graded record file under `root`."""
+    return [(path.parent.parent.name, path.parent.name, path.name[:-len(GRADED)], summarize_graded(_records(path)))
+            for path in sorted(root.glob(f"*/niah*/niah_single_*{GRADED}"))]
 
 
 def table(summaries: list[AnswerSummary]) -> str:
@@ -87,6 +101,18 @@ def table(summaries: list[AnswerSummary]) -> str:
     return "\n".join(lines)
 
 
+def graded_table(graded: list[tuple[str, str, str, dict]]) -> str:
+    """Markdown, one row per run, evaluation and task: the graded score at each length and overall."""
+    lengths = sorted({n for *_, g in graded for n in g["by_length"]})
+    lines = ["| run | evaluation | task | " + " | ".join(f"graded at {n}" for n in lengths) + " | all | top-1 |",
+             "|---|---|---|" + "---:|" * (len(lengths) + 2)]
+    for run, evaluation, task, g in graded:
+        cells = [f"{g['by_length'][n]['graded_score']:.3f}" if n in g["by_length"] else "-" for n in lengths]
+        lines.append(f"| {run} | {evaluation} | {task} | " + " | ".join(cells)
+                     + f" | {g['graded_score']:.3f} | {100 * g['graded_top1']:.0f} % |")
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("root", type=pathlib.Path, help="the folder of run folders (results/lm)")
@@ -95,6 +121,9 @@ def main(argv=None) -> int:
     if not summaries:
         p.error(f"root: no */niah*/niah_single_*.jsonl.gz under {a.root}")
     print(table(summaries))
+    graded = read_graded(a.root)
+    if graded:
+        print("", graded_table(graded), sep="\n")
     return 0
 
 

@@ -6,8 +6,8 @@ import pathlib
 
 import pytest
 
-from study.lm.compare import (LENGTHS, Evaluation, Run, pair_differences, read_evaluation, read_run, read_runs,
-                              runs_table, seeds_table)
+from study.lm.compare import (LENGTHS, Evaluation, Run, last_mean, losses_table, pair_differences, read_evaluation,
+                              read_run, read_runs, runs_table, seeds_table)
 
 RESULTS = pathlib.Path(__file__).resolve().parents[2] / "results" / "lm"
 
@@ -33,7 +33,10 @@ def test_logs_read_as_the_json_of_the_same_evaluation(folder, tag):
         assert got.niah == pytest.approx({t: v["overall"] for t, v in results("niah").items()}, abs=5e-2)
     else:  # S-NIAH did not finish in its call: neither log nor JSON came back
         assert got.niah is None and not (folder / f"niah{tag}.log").exists()
-    assert got.delta_mu == pytest.approx(results("delta_mu")["mean_delta_mu"], abs=5e-5)
+    if (folder / f"delta_mu{tag}" / "delta_mu.json").exists():
+        assert got.delta_mu == pytest.approx(results("delta_mu")["mean_delta_mu"], abs=5e-5)
+    else:  # a Transformer: Delta-mu reads linear-attention keys
+        assert got.delta_mu is None and folder.name.startswith("transformer-")
 
 
 def test_every_committed_run_reads_and_seeds_come_from_the_folder_name():
@@ -44,7 +47,7 @@ def test_every_committed_run_reads_and_seeds_come_from_the_folder_name():
 
 def _run(model, seed, ppl, at_16k):
     by_length = {n: at_16k for n in LENGTHS}
-    return Run(model, seed, 3.0, 1e5, Evaluation(ppl, by_length, {"niah_single_1": 0.0}, -0.1), None)
+    return Run(model, seed, 3.0, 1e5, {}, Evaluation(ppl, by_length, {"niah_single_1": 0.0}, -0.1), None)
 
 
 def test_pairs_compare_only_the_seeds_both_models_have():
@@ -74,6 +77,19 @@ def test_a_log_without_its_line_is_refused_by_name(tmp_path):
     (folder / "delta_mu.log").write_text("nothing here\n")
     with pytest.raises(ValueError, match="delta_mu.log"):
         read_run(folder)
+    (folder / "delta_mu.log").unlink()  # none run (a Transformer's): shown as "-"
+    run = read_run(folder)
+    assert run.on.delta_mu is None and "| - | 250K |" in runs_table([run])
+
+
+def test_losses_table_reads_each_step_and_the_last_steps_mean():
+    evaluation = Evaluation(10.0, {n: 10.0 for n in LENGTHS}, None, None)
+    losses = {step: 5.0 - step / 1000 for step in range(20, 1461, 20) if step != 100}  # step 100 not logged
+    run = Run("gla-100m", 0, losses[1460], 1e5, losses, evaluation, None)
+    assert last_mean(run) == pytest.approx(5.0 - 1.37)  # steps 1280 ... 1460
+    better = Run("gdn-100m", 0, 1.0, 1e5, {s: v - 1 for s, v in losses.items()}, evaluation, None)
+    table = losses_table([run, better])
+    assert table.index("| gdn-100m | 0 | - | 3.800 |") < table.index("| gla-100m | 0 | - | 4.800 |")  # step 100: -
 
 
 def test_a_run_without_its_lengths_or_training_rows_is_refused_by_name(tmp_path):

@@ -7,7 +7,7 @@ import pathlib
 
 import pytest
 
-from study.lm.niah_answers import CHANCE, first_word, main, read_root, summarise, value_kind
+from study.lm.niah_answers import CHANCE, first_word, graded_table, main, read_graded, read_root, summarise, value_kind
 
 RESULTS = pathlib.Path(__file__).resolve().parents[2] / "results" / "lm"
 
@@ -70,3 +70,21 @@ def test_reads_every_committed_evaluation():
     summaries = read_root(RESULTS)
     assert {s.run for s in summaries} >= {"gla-100m-retrieval1600", "ccq-gla-100m-retrieval1600"}
     assert {s.samples for s in summaries} == {80}  # 4 lengths x 5 depths x 4 samples per task
+
+
+def test_graded_records_are_read_apart_and_summarised_per_length(tmp_path, capsys):
+    folder = tmp_path / "transformer-100m" / "niah"
+    folder.mkdir(parents=True)
+    with gzip.open(folder / "niah_single_1.jsonl.gz", "wt") as f:
+        f.write(json.dumps(_record("the", "7389470", "niah_single_1")) + "\n")
+    graded = [{"task": "niah_single_1", "length": n, "graded_score": g, "graded_top1": g == 1.0}
+              for n, g in ((1024, 1.0), (1024, 0.5), (2048, 0.0))]
+    with gzip.open(folder / "niah_single_1_graded.jsonl.gz", "wt") as f:
+        f.write("".join(json.dumps(r) + "\n" for r in graded))
+    assert [s.task for s in read_root(tmp_path)] == ["niah_single_1"]  # the graded file is not an answer file
+    [(run, evaluation, task, summary)] = read_graded(tmp_path)
+    assert (run, evaluation, task) == ("transformer-100m", "niah", "niah_single_1")
+    assert summary["by_length"][1024]["graded_score"] == 0.75 and summary["graded_score"] == pytest.approx(0.5)
+    assert "| transformer-100m | niah | niah_single_1 | 0.750 | 0.000 | 0.500 | 33 % |" in graded_table(
+        read_graded(tmp_path))
+    assert main([str(tmp_path)]) == 0 and "graded at 2048" in capsys.readouterr().out
