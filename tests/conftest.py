@@ -15,10 +15,25 @@ share no compiled programs).
 The commands turn on a persistent compilation cache in the user's home (`ccq_jax.cli`); the
 suite runs them with it off (`CCQ_JAX_COMPILATION_CACHE=off`, inherited by the commands it
 starts as processes), so tests write nothing there.
+
+The files of `SLOWEST` run first, each whole and in that order, the rest in collection order
+after them: `--dist loadfile` hands files to the two workers as they free up, and in collection
+order the slowest files (most of them under tests/train/) came last, so one worker ran the
+last of them alone for minutes.
 """
 
 import jax
 import pytest
+
+# the files that take two minutes or more of one worker (`pytest --durations=80`, 2026-12-06), slowest first
+SLOWEST = ("train/test_learning.py", "ops/test_context_parallel.py", "train/test_context_parallel_attention.py",
+           "pallas/test_tpu_interpret.py", "train/test_training.py", "train/test_context_parallel.py")
+
+
+def pytest_collection_modifyitems(items):
+    rank = lambda item: next((i for i, name in enumerate(SLOWEST) if item.nodeid.startswith(f"tests/{name}::")),
+                             len(SLOWEST))
+    items[:] = sorted(items, key=rank)  # stable: each file's tests keep their order
 
 
 @pytest.fixture(autouse=True, scope="session")
