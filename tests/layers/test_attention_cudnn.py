@@ -1,0 +1,61 @@
+"""cuDNN attention (`sdpa_impl="cudnn"`, `jax.nn.dot_product_attention`'s cuDNN flash kernel) on the GPU against
+the XLA form in float64 on the same bf16-rounded inputs: the output and the gradients of q, k and v, with packed
+documents (ids that repeat and are not monotone), a sliding window and grouped-query attention, at a length that
+is not a multiple of the kernel's blocks; and a hybrid model's logits against its XLA twin.
+
+Run on the GPU machine: `python3 -m pytest -m gpu tests/layers/test_attention_cudnn.py`.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import ccq_jax.ops as ops
+from tests.builders import GRAD_TOL, OUT_TOL, build, forward, rel_rms, token_ids
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(jax.default_backend() != "gpu", reason="needs a GPU (cuDNN attention runs there)"),
+]
+
+B, T, H, D = 2, 1000, 8, 64
+
+
+def _segments():
+    """Row 0: three documents; row 1: ids 5, 3, 5 (a repeated, non-monotone id starts a new document)."""
+    return jnp.asarray(np.stack([np.repeat([0, 1, 2], [300, 450, T - 750]), np.repeat([5, 3, 5], [130, 500, T - 630])]),
+                       jnp.int32)
+
+
+def _values_and_grads(impl, q, k, v, **options):
+    loss = lambda q, k, v: jnp.sum(jnp.sin(ops.attention(q, k, v, impl=impl, **options).astype(jnp.float32)))
+    out = ops.attention(q, k, v, impl=impl, **options)
+    return out, jax.grad(loss, argnums=(0, 1, 2))(q, k, v)
+
+
+@pytest.mark.parametrize("kv_heads,window,packed", [(H, None, False), (H, None, True), (2, 128, True), (1, None, True)],
+                         ids=["causal", "documents", "gqa-window", "mqa"])
+def test_against_float64(kv_heads, window, packed):
+    rng = np.random.default_rng(kv_heads + (window or 0))
+    q = jnp.asarray(rng.standard_normal((B, T, H, D)), jnp.bfloat16)
+    k, v = (jnp.asarray(rng.standard_normal((B, T, kv_heads, D)), jnp.bfloat16) for _ in range(2))
+    options = dict(segment_ids=_segments() if packed else None, window=window)
+    got, got_grads = jax.jit(lambda q, k, v: _values_and_grads("cudnn", q, k, v, **options))(q, k, v)
+    with jax.enable_x64(True):
+        wide = [jnp.asarray(x, jnp.float64) for x in (q, k, v)]
+        want, want_grads = _values_and_grads("xla", *wide, **options)
+        want, want_grads = np.asarray(want), [np.asarray(g) for g in want_grads]
+    assert got.dtype == jnp.bfloat16
+    assert rel_rms(got.astype(jnp.float32), want) < OUT_TOL
+    for name, g, w in zip("qkv", got_grads, want_grads):
+        assert rel_rms(g.astype(jnp.float32), w) < GRAD_TOL, f"d{name}"
+
+
+def test_hybrid_model_logits_equal_xla():
+    """A GLA hybrid with grouped-query attention layers, bf16 compute: cuDNN's logits against XLA's."""
+    ids, segment_ids = token_ids((2, 200)), jnp.asarray(np.repeat([[0, 1]], [90, 110], axis=1).repeat(2, 0))
+    overrides = dict(dtype="bfloat16")
+    want = forward(build("gla-hybrid-tiny", dict(overrides, sdpa_impl="xla")), ids, segment_ids)
+    got = forward(build("gla-hybrid-tiny", dict(overrides, sdpa_impl="cudnn")), ids, segment_ids)
+    assert rel_rms(np.asarray(got, np.float32), np.asarray(want, np.float32)) < OUT_TOL
