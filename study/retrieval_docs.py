@@ -48,13 +48,11 @@ def haystack_text(corpus: pathlib.Path, words: int = HAYSTACK_WORDS) -> str:
     return " ".join(taken[:words])
 
 
-def _cell_documents(tokenizer, haystack: str, task: str, length: int, depth: int, per_cell: int, seed: int) -> list:
+def _cell_documents(tokenizer, essays: str, task: str, length: int, depth: int, per_cell: int, seed: int) -> list:
     """The documents of one (task, length, depth) cell, in `niah.generate_samples`'s index order."""
-    with tempfile.TemporaryDirectory() as essays:
-        (pathlib.Path(essays) / "haystack.txt").write_text(haystack, encoding="utf-8")
-        samples = niah.generate_samples(task, TextTokenizer(tokenizer), lengths=(length,), depths=(depth,),
-                                        num_samples=per_cell, seed=seed, tokens_to_generate=ANSWER_ROOM,
-                                        essay_dir=essays, progress=False)
+    samples = niah.generate_samples(task, TextTokenizer(tokenizer), lengths=(length,), depths=(depth,),
+                                    num_samples=per_cell, seed=seed, tokens_to_generate=ANSWER_ROOM,
+                                    essay_dir=essays, progress=False)
     return [{"text": f"{s.prompt} {s.outputs[0]}.", "source": "retrieval",
              "path": f"retrieval/{task}/{s.length}/{s.depth}/{s.index}"} for s in samples]
 
@@ -71,8 +69,10 @@ def retrieval_documents(tokenizer, haystack: str, documents: int, seed: int, len
         raise ValueError(f"workers: expected a positive int, got {workers!r}")
     cells = [(task, length, depth) for task in niah.TASKS for length in lengths for depth in niah.DEFAULT_DEPTHS]
     per_cell = math.ceil(documents / len(cells))
-    jobs = [(tokenizer, haystack, task, length, depth, per_cell, seed) for task, length, depth in cells]
     with contextlib.ExitStack() as stack:
+        essays = stack.enter_context(tempfile.TemporaryDirectory())  # the haystack, written once for every cell
+        (pathlib.Path(essays) / "haystack.txt").write_text(haystack, encoding="utf-8")
+        jobs = [(tokenizer, essays, task, length, depth, per_cell, seed) for task, length, depth in cells]
         pool = None if workers == 1 else stack.enter_context(
             ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")))
         made = (map if pool is None else pool.map)(_cell_documents, *zip(*jobs))

@@ -46,11 +46,14 @@ class Evaluation:
 class Run:
     model: str
     seed: int
-    last_loss: float
     tokens_per_s: float
     losses: dict  # {step: training loss} of metrics.jsonl
     on: Evaluation
     off: Evaluation | None  # CCQ models only
+
+    @property
+    def last_loss(self) -> float:
+        return self.losses[max(self.losses)]
 
 
 def _search(pattern: str, path: pathlib.Path) -> re.Match:
@@ -88,7 +91,7 @@ def read_run(folder: pathlib.Path) -> Run:
     rate = statistics.median(r["tokens_per_s"] for r in rows[1:-1])
     off = read_evaluation(folder, "_ccq_off") if (folder / "ppl_ccq_off.log").exists() else None
     losses = {r["step"]: r["loss"] for r in rows}
-    return Run(model, seed, rows[-1]["loss"], rate, losses, read_evaluation(folder), off)
+    return Run(model, seed, rate, losses, read_evaluation(folder), off)
 
 
 def read_runs(root: pathlib.Path) -> list[Run]:

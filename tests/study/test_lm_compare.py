@@ -47,7 +47,7 @@ def test_every_committed_run_reads_and_seeds_come_from_the_folder_name():
 
 def _run(model, seed, ppl, at_16k):
     by_length = {n: at_16k for n in LENGTHS}
-    return Run(model, seed, 3.0, 1e5, {}, Evaluation(ppl, by_length, {"niah_single_1": 0.0}, -0.1), None)
+    return Run(model, seed, 1e5, {1460: 3.0}, Evaluation(ppl, by_length, {"niah_single_1": 0.0}, -0.1), None)
 
 
 def test_pairs_compare_only_the_seeds_both_models_have():
@@ -85,9 +85,9 @@ def test_a_log_without_its_line_is_refused_by_name(tmp_path):
 def test_losses_table_reads_each_step_and_the_last_steps_mean():
     evaluation = Evaluation(10.0, {n: 10.0 for n in LENGTHS}, None, None)
     losses = {step: 5.0 - step / 1000 for step in range(20, 1461, 20) if step != 100}  # step 100 not logged
-    run = Run("gla-100m", 0, losses[1460], 1e5, losses, evaluation, None)
+    run = Run("gla-100m", 0, 1e5, losses, evaluation, None)
     assert last_mean(run) == pytest.approx(5.0 - 1.37)  # steps 1280 ... 1460
-    better = Run("gdn-100m", 0, 1.0, 1e5, {s: v - 1 for s, v in losses.items()}, evaluation, None)
+    better = Run("gdn-100m", 0, 1e5, {s: v - 1 for s, v in losses.items()}, evaluation, None)
     table = losses_table([run, better])
     assert table.index("| gdn-100m | 0 | - | 3.800 |") < table.index("| gla-100m | 0 | - | 4.800 |")  # step 100: -
 

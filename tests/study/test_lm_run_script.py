@@ -44,6 +44,12 @@ def test_full_run_trains_then_runs_every_evaluation(tmp_path):
     assert "causality done" in (tmp_path / "out" / "timeline.txt").read_text()
 
 
+def test_s_niah_is_scored_graded_beside_the_generated_answers(tmp_path):
+    _run(tmp_path, "gla-100m")
+    [niah] = [line for line in (tmp_path / "calls.txt").read_text().splitlines() if line.startswith("-m eval niah ")]
+    assert " --graded" in niah
+
+
 def test_a_transformer_has_no_delta_mu_or_causality_check(tmp_path):
     """Both read linear-attention layers: asked of a Transformer they could only fail."""
     proc, commands = _run(tmp_path, "transformer-100m")
