@@ -81,7 +81,11 @@ def fetch_deb(package: Package, cache: Path) -> Path:
     cache.mkdir(parents=True, exist_ok=True)
     path = cache / package.file
     if not path.is_file():
-        subprocess.run(["apt-get", "download", f"{package.package}={package.version}"], cwd=cache, check=True)
+        done = subprocess.run(["apt-get", "download", f"{package.package}={package.version}"], cwd=cache)
+        if done.returncode != 0:
+            raise ValueError(f"version: apt-get download of {package.package}={package.version} failed (exit "
+                             f"{done.returncode}); if apt's lists lack that version, run `apt-get update` "
+                             "(as root) and build again")
         if not path.is_file():
             raise ValueError(f"file: apt-get download of {package.package}={package.version} did not write "
                              f"{package.file!r}; fix the manifest's file name")

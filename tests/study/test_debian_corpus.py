@@ -3,6 +3,7 @@
 import gzip
 import hashlib
 import json
+import os
 import subprocess
 
 import pytest
@@ -130,6 +131,21 @@ def test_manifest_hash_verification(tmp_path):
                                              "kind": "poetry"}]}))
     with pytest.raises(ValueError, match="kind"):
         load_manifest(bad)
+
+
+def test_fetch_deb_names_a_version_apt_lacks(tmp_path, monkeypatch):
+    # apt's lists older than the manifest's pin: one clear error that says what to do, not a traceback of
+    # CalledProcessError (a stand-in apt-get that fails as the real one does for an unknown version)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "apt-get"
+    fake.write_text("#!/bin/sh\necho \"E: Version '$2' was not found\" >&2\nexit 100\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    package = Package("linux-doc-6.1", "6.1.999-1", "linux-doc.deb", "0" * 64, "prose")
+    with pytest.raises(ValueError, match=r"version: apt-get download of linux-doc-6.1=6.1.999-1 failed "
+                                         r"\(exit 100\).*apt-get update"):
+        fetch_deb(package, tmp_path / "cache")
 
 
 def test_repo_manifest_pins_every_package():
