@@ -133,7 +133,8 @@ def _add_niah(p):
     p.add_argument("--max-new-tokens", type=int, default=niah.TOKENS_TO_GENERATE, help="tokens generated per sample")
     p.add_argument("--graded", action="store_true",
                    help=f"also the graded score: the teacher-forced rank of the true value among "
-                        f"{niah.GRADED_CANDIDATES} values of its token length (0.5: chance)")
+                        f"{niah.GRADED_CANDIDATES} values of its token length (0.5: chance), and the same on the "
+                        f"prompt without its needle (the negative control)")
 
 
 def run_niah(ctx: Context):
@@ -160,6 +161,8 @@ def run_niah(ctx: Context):
             by = summary["graded"]["by_length"]
             lines.append(f"{'  graded':<14} " + " ".join(f"{by[n]['graded_score']:>7.3f}" for n in sorted(a.lengths))
                          + f" {summary['graded']['graded_score']:>8.3f}  (rank score; 0.5 chance, 1 first)")
+            lines.append(f"{'  no needle':<14} " + " ".join(f"{by[n]['control_score']:>7.3f}" for n in sorted(a.lengths))
+                         + f" {summary['graded']['control_score']:>8.3f}  (the same without the needle: ~0.5)")
     return results, "\n".join(lines)
 
 

@@ -288,37 +288,65 @@ def graded_candidates(sample: NiahSample, tokenizer: Tokenizer, count: int) -> l
     return out
 
 
+def needle_free_prompt(sample: NiahSample) -> str:
+    """The sample's prompt with its needle sentence and one separator next to it removed: the same haystack, key
+    query and answer prefix, with nothing to retrieve (the graded score's negative control)."""
+    spec = TASKS[sample.task]
+    needle = NEEDLE.format(type_needle_v=spec.type_needle_v, key=sample.key, value=sample.outputs[0])
+    text = sample.prompt
+    at = text.find(needle)
+    if at < 0:
+        raise ValueError(f"sample: expected its prompt to hold its needle {needle!r}")
+    end, sep = at + len(needle), " " if spec.haystack == "essay" else "\n"  # build_context's separator
+    if text[end : end + 1] == sep:
+        end += 1
+    elif text[at - 1 : at] == sep:  # the needle ends the haystack
+        at -= 1
+    return text[:at] + text[end:]
+
+
+def _rank(prompt: list[int], answers: list[list[int]], logits_fn: LogitsFn) -> tuple[np.ndarray, float]:
+    """Each answer's teacher-forced log-probability after `prompt`, and the fraction of the others the first beats
+    (ties count half)."""
+    ids = np.asarray([prompt + a for a in answers], np.int32)
+    logp, _ = target_logprobs(np.asarray(logits_fn(ids[:, :-1])), ids[:, 1:])
+    totals = logp[:, len(prompt) - 1:].sum(axis=1)
+    beaten = float(np.sum(totals[0] > totals[1:]) + 0.5 * np.sum(totals[0] == totals[1:]))
+    return totals, beaten / (len(answers) - 1)
+
+
 def graded_scores(samples: list[NiahSample], logits_fn: LogitsFn, tokenizer: Tokenizer, *,
                   candidates: int = GRADED_CANDIDATES, progress: bool = True) -> list[dict]:
     """A score that lifts comparisons off the 0 % floor of exact retrieval: per sample, the teacher-forced
     log-probability of the answer prompt + " " + value for the true value and `candidates - 1` others of the same
     token length, and where the true one ranks. Per sample: `graded_rank` (0: the true value scores highest),
     `graded_score` = the fraction of the others it beats (1: first; 0.5: chance; ties count half) and
-    `graded_top1`. logits_fn: [B, T] -> [B, T, E], called with each sample's candidates as one batch."""
+    `graded_top1`; and the same score on the needle-free prompt (`needle_free_prompt`), `control_score` and
+    `control_top1`, which a model can only move off chance (0.5 in expectation) by preferring some values a priori:
+    the negative control, so a graded score is read against it. logits_fn: [B, T] -> [B, T, E], called with each
+    prompt's candidates as one batch."""
     check.integer("candidates", candidates, minimum=2)
     check_tokenizer(tokenizer)
     out = []
     for sample in progress_bar(samples, desc="niah graded", disable=not progress):
-        prompt = list(tokenizer.encode(sample.prompt))
         answers = [list(tokenizer.encode(" " + v)) for v in graded_candidates(sample, tokenizer, candidates)]
-        ids = np.asarray([prompt + a for a in answers], np.int32)
-        logp, _ = target_logprobs(np.asarray(logits_fn(ids[:, :-1])), ids[:, 1:])
-        totals = logp[:, len(prompt) - 1:].sum(axis=1)
-        beaten = float(np.sum(totals[0] > totals[1:]) + 0.5 * np.sum(totals[0] == totals[1:]))
+        totals, score = _rank(list(tokenizer.encode(sample.prompt)), answers, logits_fn)
+        control, control_score = _rank(list(tokenizer.encode(needle_free_prompt(sample))), answers, logits_fn)
         out.append({"task": sample.task, "length": sample.length, "depth": sample.depth, "index": sample.index,
-                    "graded_rank": int(np.sum(totals[1:] > totals[0])), "graded_score": beaten / (candidates - 1),
-                    "graded_top1": bool(np.all(totals[0] > totals[1:])), "logprobs": totals.tolist()})
+                    "graded_rank": int(np.sum(totals[1:] > totals[0])), "graded_score": score,
+                    "graded_top1": bool(np.all(totals[0] > totals[1:])), "logprobs": totals.tolist(),
+                    "control_score": control_score, "control_top1": bool(np.all(control[0] > control[1:])),
+                    "control_logprobs": control.tolist()})
     return out
 
 
 def summarize_graded(records: list[dict]) -> dict:
-    """Mean graded score and top-1 rate, overall and per length (0.5 and 1 / candidates are chance)."""
+    """Mean graded score and top-1 rate, overall and per length (0.5 and 1 / candidates are chance), and the
+    needle-free control's where the records have it (records written before the control have not)."""
     lengths = sorted({r["length"] for r in records})
-    mean = lambda key, rs: float(np.mean([r[key] for r in rs]))
-    return {"graded_score": mean("graded_score", records), "graded_top1": mean("graded_top1", records),
-            "by_length": {n: {"graded_score": mean("graded_score", [r for r in records if r["length"] == n]),
-                              "graded_top1": mean("graded_top1", [r for r in records if r["length"] == n])}
-                          for n in lengths}}
+    keys = ["graded_score", "graded_top1"] + (["control_score", "control_top1"] if "control_score" in records[0] else [])
+    mean = lambda rs: {k: float(np.mean([r[k] for r in rs])) for k in keys}
+    return mean(records) | {"by_length": {n: mean([r for r in records if r["length"] == n]) for n in lengths}}
 
 
 def summarize(records: list[dict]) -> dict:

@@ -102,14 +102,16 @@ def table(summaries: list[AnswerSummary]) -> str:
 
 
 def graded_table(graded: list[tuple[str, str, str, dict]]) -> str:
-    """Markdown, one row per run, evaluation and task: the graded score at each length and overall."""
+    """Markdown, one row per run, evaluation and task: the graded score at each length and overall, and the
+    needle-free control's overall score ("-" for records written before the control)."""
     lengths = sorted({n for *_, g in graded for n in g["by_length"]})
-    lines = ["| run | evaluation | task | " + " | ".join(f"graded at {n}" for n in lengths) + " | all | top-1 |",
-             "|---|---|---|" + "---:|" * (len(lengths) + 2)]
+    lines = ["| run | evaluation | task | " + " | ".join(f"graded at {n}" for n in lengths)
+             + " | all | top-1 | no needle (all) |", "|---|---|---|" + "---:|" * (len(lengths) + 3)]
     for run, evaluation, task, g in graded:
         cells = [f"{g['by_length'][n]['graded_score']:.3f}" if n in g["by_length"] else "-" for n in lengths]
+        control = f"{g['control_score']:.3f}" if "control_score" in g else "-"
         lines.append(f"| {run} | {evaluation} | {task} | " + " | ".join(cells)
-                     + f" | {g['graded_score']:.3f} | {100 * g['graded_top1']:.0f} % |")
+                     + f" | {g['graded_score']:.3f} | {100 * g['graded_top1']:.0f} % | {control} |")
     return "\n".join(lines)
 
 

@@ -176,7 +176,10 @@ def _retrieving_logits(tokenizer):
         out = np.zeros((*ids.shape, tokenizer.vocab_size), np.float32)
         for b, row in enumerate(ids):
             text = tokenizer.decode(list(row))
-            value = re.search(r"is: (\S+)\.", text).group(1)
+            found = re.search(r"is: (\S+)\.", text)
+            if found is None:  # no needle in this prompt: nothing to retrieve, flat
+                continue
+            value = found.group(1)
             marker = " mentioned in the provided text is"
             end = len(tokenizer.encode(text[: text.index(marker) + len(marker)]))
             for j, tok in enumerate(tokenizer.encode(" " + value)):
@@ -196,10 +199,33 @@ def test_the_graded_score_ranks_the_true_value_first_for_a_retriever_and_at_chan
     assert all(r["graded_score"] == 0.5 and not r["graded_top1"] for r in flat)  # ties count half
     summary = niah.summarize_graded(copier)
     assert summary["graded_score"] == 1.0 and summary["by_length"][512]["graded_top1"] == 1.0
+    # the negative control: without the needle the retriever has nothing to read and sits at chance
+    assert all(r["control_score"] == 0.5 and not r["control_top1"] for r in copier + flat)
+    assert summary["control_score"] == 0.5 and summary["by_length"][512]["control_top1"] == 0.0
     for sample in samples:  # the candidates: the true value first, all of its token length, distinct
         values = niah.graded_candidates(sample, TOK, niah.GRADED_CANDIDATES)
         assert values[0] == sample.outputs[0] and len(set(values)) == niah.GRADED_CANDIDATES
         assert len({len(TOK.encode(" " + v)) for v in values}) == 1
+
+
+@pytest.mark.parametrize("task", ["niah_single_1", "niah_single_3"])
+def test_the_needle_free_prompt_is_the_same_haystack_without_the_needle(task):
+    samples = generate_samples(task, TOK, lengths=[512], depths=[0, 50, 100], num_samples=1, tokens_to_generate=0,
+                               progress=False)
+    spec = niah.TASKS[task]
+    for sample in samples:
+        needle = niah.NEEDLE.format(type_needle_v=spec.type_needle_v, key=sample.key, value=sample.outputs[0])
+        free = niah.needle_free_prompt(sample)
+        assert needle in sample.prompt and sample.outputs[0] not in free and sample.key in free
+        assert len(free) == len(sample.prompt) - len(needle) - 1  # the needle and one separator
+        words = niah.essay_words() if spec.haystack == "essay" else []
+        context = niah.build_context(spec, words, sample.num_units, sample.depth, needle)
+        sep = " " if spec.haystack == "essay" else "\n"
+        haystack = sep.join(u for u in context.split(sep) if u != needle) if spec.haystack == "noise" else (
+            context.replace(needle + " ", "") if sample.depth < 100 else context.replace(" " + needle, ""))
+        assert free.replace(haystack, "<H>") == sample.prompt.replace(context, "<H>")
+    with pytest.raises(ValueError, match="sample: expected its prompt to hold its needle"):
+        niah.needle_free_prompt(dataclasses.replace(samples[0], outputs=["0000000"]))
 
 
 def test_graded_candidates_that_cannot_be_found_are_refused_by_name():
