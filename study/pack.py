@@ -51,6 +51,7 @@ def write_pack(corpus: Path, out: Path, fraction: float = 1.0) -> dict:
         raise ValueError(f"corpus: {str(corpus)!r} has no documents/*/*.jsonl and stats.json; run `build` first")
     heldout = json.loads((corpus / "stats.json").read_text()).get("heldout", HELDOUT)
     documents = {split: 0 for split in SPLITS}
+    out.parent.mkdir(parents=True, exist_ok=True)
     with open(out, "wb") as sink:
         xz = subprocess.Popen(XZ, stdin=subprocess.PIPE, stdout=sink)
         with tarfile.open(fileobj=xz.stdin, mode="w|") as tar:

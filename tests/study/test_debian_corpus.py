@@ -181,7 +181,7 @@ def test_build_tokenizer_shards_and_pack_round_trip(tmp_path):
     assert json.loads((out / "stats.json").read_text())["totals"]["train"]["prose_share"] == 1.0
     assert "| fake-doc | 1.0-1 | prose | 300 |" in table(stats)
 
-    packed = tmp_path / "corpus.tar.xz"
+    packed = tmp_path / "new-folder" / "corpus.tar.xz"  # a folder that does not exist yet is made
     info = pack(out, packed, max_mib=1, fraction=0.5)
     assert info["documents"]["heldout"] == len(rows)
     assert 0.35 * src["train"]["documents"] < info["documents"]["train"] < 0.65 * src["train"]["documents"]
