@@ -13,8 +13,8 @@ its recurrent cache (state, CCQ statistics, conv tails), so streaming memory doe
 with the length; a Transformer's is a KV cache of `max_length` slots.
 
 `generate` and `keys` pad every batch to `batch_size` rows and the width to a bucket (powers
-of two up to 1024, then multiples of 1024), so a jitted model compiles a few shapes; rows
-keep their own lengths (`generate`'s `prompt_lengths`; keys are causal, so right padding
+of two up to 1024, then multiples of 1024), and `logits` the width, so a jitted model compiles a few shapes;
+rows keep their own lengths (`generate`'s `prompt_lengths`; logits and keys are causal, so right padding
 changes nothing before it).
 """
 
@@ -81,8 +81,13 @@ class ModelRunner:
         return np.concatenate([np.tile(np.asarray(self.prefix, np.int32), (ids.shape[0], 1)), ids], axis=1)
 
     def logits(self, ids) -> jax.Array:
-        """ids [B, T] -> logits [B, T, E] of one forward over prefix + ids."""
-        return _forward(graph_key(self._served), self._served.state, self._with_prefix(ids))[:, len(self.prefix):]
+        """ids [B, T] -> logits [B, T, E] of one forward over prefix + ids, right-padded to a bucket's width (causal:
+        the padding changes no logit before it), so inputs of many lengths compile a few shapes."""
+        ids = self._with_prefix(ids)
+        width = ids.shape[1]
+        padded = np.zeros((ids.shape[0], bucket(width)), np.int32)
+        padded[:, :width] = ids
+        return _forward(graph_key(self._served), self._served.state, padded)[:, len(self.prefix):width]
 
     def init_carry(self, batch: int):
         """A cache for `batch` rows that has read the prefix."""

@@ -1,6 +1,8 @@
 """The model adapters (`eval.models`) against direct calls of the model and of `ccq_jax.inference`, and the keys
 the linear-attention layers record under `nnx.capture` (for Delta-mu)."""
 
+import logging
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -34,6 +36,19 @@ def test_logits_and_streaming_steps_equal_the_full_forward_after_the_prefix(ccq_
         step_logits, carry = runner.step(np.asarray(ids[:, start:start + 5]), carry)
         steps.append(step_logits)
     assert rel_rms(jnp.concatenate(steps, axis=1), full) < 1e-5
+
+
+def test_logits_of_many_lengths_compile_one_shape_per_bucket(ccq_gdn, caplog):
+    """Widths 9 to 15 (+ the prefix: 10 to 16) share the bucket 16: one compilation of the forward, and each
+    length's logits are the unpadded forward's (right padding changes no logit before it)."""
+    runner = ModelRunner(ccq_gdn, prefix=[BOS])
+    ids = token_ids((1, 15), seed=3)
+    with jax.log_compiles(True), caplog.at_level(logging.WARNING):
+        for n in range(9, 16):
+            logits = runner.logits(np.asarray(ids[:, :n]))
+            with_bos = jnp.concatenate([jnp.full((1, 1), BOS), ids[:, :n]], axis=1)
+            assert logits.shape == (1, n, 384) and rel_rms(logits, ccq_gdn(with_bos)[:, 1:]) < 1e-5
+    assert sum("Compiling jit(_forward)" in r.getMessage() for r in caplog.records) == 1
 
 
 def test_generate_pads_rows_and_width_without_changing_the_tokens(ccq_gdn):
