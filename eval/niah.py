@@ -137,7 +137,8 @@ def build_context(task: NiahTask, words: list[str], num_units: int, depth: int, 
     return sep.join([*sents[:at], needle, *sents[at:]])
 
 
-def _needle_value(task: NiahTask, rng: random.Random) -> str:
+def needle_value(task: NiahTask, rng: random.Random) -> str:
+    """A needle's value of the task's kind drawn by `rng`: a 7-digit number or a UUID."""
     if task.type_needle_v == "numbers":
         return str(rng.randint(10**6, 10**7 - 1))
     return str(uuid.UUID(int=rng.getrandbits(128), version=4))
@@ -201,7 +202,7 @@ def generate_samples(
     cells = [(length, depth, i) for length in lengths for depth in depths for i in range(num_samples)]
     for length, depth, index in progress_bar(cells, desc=f"{task} samples", disable=not progress):
         rng = random.Random(f"{seed}:{task}:{length}:{depth}:{index}")
-        key, value = rng.choice(KEYS), _needle_value(spec, rng)
+        key, value = rng.choice(KEYS), needle_value(spec, rng)
         needle = NEEDLE.format(type_needle_v=spec.type_needle_v, key=key, value=value)  # plural, as RULER
         prefix = singular(ANSWER_PREFIX).format(type_needle_v=type_v, query=key)
 
@@ -282,7 +283,7 @@ def graded_candidates(sample: NiahSample, tokenizer: Tokenizer, count: int) -> l
         tries += 1
         if tries > 1000 * count:
             raise ValueError(f"tokenizer: found no {count - 1} values of {width} tokens like {true!r} in {tries} draws")
-        value = _needle_value(spec, rng)
+        value = needle_value(spec, rng)
         if value not in out and len(tokenizer.encode(" " + value)) == width:
             out.append(value)
     return out

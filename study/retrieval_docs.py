@@ -12,6 +12,15 @@ model trained on them has seen the task's format. What keeps them apart from the
 The needle template, the noise haystack of niah_single_1 and the key vocabulary are the evaluation's
 own: this share teaches the format, and the docs that report results with it must say so. At the
 default 1,600 documents it is about 1.9M tokens, 2 % of the 95.9M-token training pack.
+
+`--needles K` (K > 1) makes denser documents instead: K needles (distinct keys) at random sentence
+boundaries of one haystack, then every key queried once in a shuffled order, each question (the
+evaluation's) followed by its answer prefix and value: K supervised answers a document where the
+S-NIAH format has one, and a lookup the format alone cannot answer (the 30,000-document mix of
+K = 1 taught a 100M Transformer the answer's format, not the lookup: docs/results.md). The first
+question is the evaluation's prompt ending; the header keeps its singular wording. With the corpus's
+tokenizer 512 tokens hold at most 4 UUID needles and their answers (a larger K needs `--lengths`
+without 512); 900 documents of K = 4 take 38 s on one core (1.07M tokens).
 """
 
 import argparse
@@ -20,6 +29,7 @@ import json
 import math
 import multiprocessing
 import pathlib
+import random
 import tempfile
 from concurrent.futures import ProcessPoolExecutor
 
@@ -57,25 +67,76 @@ def _cell_documents(tokenizer, essays: str, task: str, length: int, depth: int, 
              "path": f"retrieval/{task}/{s.length}/{s.depth}/{s.index}"} for s in samples]
 
 
-def retrieval_documents(tokenizer, haystack: str, documents: int, seed: int, lengths=LENGTHS,
-                        progress: bool = False, workers: int = 1) -> list[dict]:
-    """About `documents` training documents (a whole number per task, length and depth): prompt + answer.
+def dense_document(tokenizer, haystack: str, task: str, length: int, index: int, needles: int, seed: int) -> dict:
+    """One document of `needles` needles in a haystack of `task`'s kind, then each key's question and answer (the
+    module docstring), as many haystack units as fit in `length` tokens of `tokenizer` (a `TextTokenizer`)."""
+    spec, kind = niah.TASKS[task], niah.TASKS[task].type_needle_v[:-1]
+    rng = random.Random(f"dense:{seed}:{task}:{length}:{index}")
+    keys = rng.sample(niah.KEYS, needles)
+    values = [niah.needle_value(spec, rng) for _ in keys]
+    sentences = [niah.NEEDLE.format(type_needle_v=spec.type_needle_v, key=k, value=v) for k, v in zip(keys, values)]
+    depths = sorted(rng.random() for _ in keys)
+    asked = rng.sample(range(needles), needles)
+    header, question = niah.singular(niah.TEMPLATE).split("{context}")
+    answers = "".join(question.format(type_needle_v=kind, query=keys[i])
+                      + niah.singular(niah.ANSWER_PREFIX).format(type_needle_v=kind, query=keys[i])
+                      + f" {values[i]}." for i in asked)
+    words = haystack.split(" ")
 
-    Each sample's needle is drawn from its own (seed, task, length, depth, index), so the cells are made apart,
-    by `workers` processes where more than one, and the documents do not depend on `workers`."""
+    def text(n: int) -> str:
+        if spec.haystack == "essay":
+            units, sep = niah.split_sentences(" ".join((words * -(-n // len(words)))[:n])), " "
+        else:
+            units, sep = [niah.NOISE] * n, "\n"
+        slots = [int(len(units) * depth) for depth in depths]  # boundaries of the haystack alone, ascending
+        for j, (slot, sentence) in enumerate(zip(slots, sentences)):
+            units.insert(slot + j, sentence)
+        return header.format(type_needle_v=kind) + sep.join(units) + answers
+
+    n = niah.largest_fitting(lambda n: len(tokenizer.encode(text(n))) <= length, 64)
+    if n == 0:
+        raise ValueError(f"lengths: {length} tokens cannot hold {needles} needles of {task} and their answers")
+    return {"text": text(n), "source": "retrieval", "path": f"retrieval-dense/{task}/{length}/{index}"}
+
+
+DENSE_JOB = 50  # dense documents a job makes: a cell's documents split over the workers, the same for any number
+
+
+def _dense_documents(tokenizer, haystack: str, task: str, length: int, first: int, count: int, needles: int,
+                     seed: int) -> list:
+    return [dense_document(TextTokenizer(tokenizer), haystack, task, length, i, needles, seed)
+            for i in range(first, first + count)]
+
+
+def retrieval_documents(tokenizer, haystack: str, documents: int, seed: int, lengths=LENGTHS,
+                        progress: bool = False, workers: int = 1, needles: int = 1) -> list[dict]:
+    """About `documents` training documents (a whole number per task, length and depth; with `needles` > 1, per
+    task and length, `dense_document`'s): prompt + answer.
+
+    Each sample's needles are drawn from its own (seed, task, length, depth or not, index), so the cells are made
+    apart, by `workers` processes where more than one, and the documents do not depend on `workers`."""
     if documents < 1:
         raise ValueError(f"documents: expected >= 1, got {documents}")
-    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-        raise ValueError(f"workers: expected a positive int, got {workers!r}")
-    cells = [(task, length, depth) for task in niah.TASKS for length in lengths for depth in niah.DEFAULT_DEPTHS]
-    per_cell = math.ceil(documents / len(cells))
+    for name, value in (("workers", workers), ("needles", needles)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name}: expected a positive int, got {value!r}")
+    if needles > len(niah.KEYS):
+        raise ValueError(f"needles: expected at most {len(niah.KEYS)} (the distinct keys), got {needles}")
     with contextlib.ExitStack() as stack:
-        essays = stack.enter_context(tempfile.TemporaryDirectory())  # the haystack, written once for every cell
-        (pathlib.Path(essays) / "haystack.txt").write_text(haystack, encoding="utf-8")
-        jobs = [(tokenizer, essays, task, length, depth, per_cell, seed) for task, length, depth in cells]
+        if needles == 1:
+            cells = [(t, n, d) for t in niah.TASKS for n in lengths for d in niah.DEFAULT_DEPTHS]
+            per_cell = math.ceil(documents / len(cells))
+            essays = stack.enter_context(tempfile.TemporaryDirectory())  # the haystack, written once for every cell
+            (pathlib.Path(essays) / "haystack.txt").write_text(haystack, encoding="utf-8")
+            make, jobs = _cell_documents, [(tokenizer, essays, t, n, d, per_cell, seed) for t, n, d in cells]
+        else:
+            cells = [(t, n) for t in niah.TASKS for n in lengths]
+            per_cell = math.ceil(documents / len(cells))
+            make, jobs = _dense_documents, [(tokenizer, haystack, t, n, i, min(DENSE_JOB, per_cell - i), needles, seed)
+                                            for t, n in cells for i in range(0, per_cell, DENSE_JOB)]
         pool = None if workers == 1 else stack.enter_context(
             ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")))
-        made = (map if pool is None else pool.map)(_cell_documents, *zip(*jobs))
+        made = (map if pool is None else pool.map)(make, *zip(*jobs))
         return [d for docs in progress_bar(made, total=len(jobs), desc="cells", disable=not progress) for d in docs]
 
 
@@ -89,10 +150,15 @@ def main(argv=None) -> int:
     p.add_argument("--tokenizer", default=None, help="default: the corpus's tokenizer/tokenizer.json")
     p.add_argument("--out", required=True, type=pathlib.Path, help="JSON lines, one document each")
     p.add_argument("--workers", type=int, default=1, help="processes making the (task, length, depth) cells")
+    p.add_argument("--needles", type=int, default=1,
+                   help="needles and questions a document (default 1: the S-NIAH format; more: dense documents)")
     a = p.parse_args(argv)
     tokenizer = load_tokenizer(a.tokenizer or str(a.corpus / "tokenizer" / "tokenizer.json"))
-    docs = retrieval_documents(tokenizer, haystack_text(a.corpus), a.documents, a.seed, a.lengths, progress=True,
-                               workers=a.workers)
+    try:
+        docs = retrieval_documents(tokenizer, haystack_text(a.corpus), a.documents, a.seed, a.lengths,
+                                   progress=True, workers=a.workers, needles=a.needles)
+    except ValueError as e:
+        p.error(str(e))
     a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.write_text("".join(json.dumps(d) + "\n" for d in docs))
     tokens = sum(len(tokenizer.encode(d["text"])) for d in docs)

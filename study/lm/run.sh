@@ -17,7 +17,8 @@
 # weights. Each writes OUT/<name>/ (causality: OUT/causality.json) and OUT/<name>.log; a Transformer has no
 # Delta-mu or causality check (they read linear-attention layers).
 # RETRIEVAL_DOCUMENTS=N (default 0: none) adds N S-NIAH-format documents to the training data
-# (study/retrieval_docs.py; the docs that report such a run must say so).
+# (study/retrieval_docs.py; the docs that report such a run must say so); RETRIEVAL_NEEDLES=K (default 1) makes
+# them dense documents of K needles and K questions with their answers each.
 # EVALUATE_ONLY="EVALUATION ..." (for example "niah niah_ccq_off") skips training and runs only those evaluations
 # on the checkpoint already in $STUDY_WORK/runs/NAME/RUN (the same OUT name as the call that trained it): how a
 # later call on the same machine finishes a run whose call stopped during its evaluations.
@@ -39,10 +40,11 @@ if [ ! -f "$corpus/shards/heldout/manifest.json" ]; then
 fi
 paths=$corpus/shards/train
 if [ "${RETRIEVAL_DOCUMENTS:-0}" -gt 0 ]; then
-  extra=$corpus/retrieval_$RETRIEVAL_DOCUMENTS
+  needles=${RETRIEVAL_NEEDLES:-1}
+  extra=$corpus/retrieval_$RETRIEVAL_DOCUMENTS$([ "$needles" = 1 ] || echo "_needles$needles")
   if [ ! -f "$extra/shards/manifest.json" ]; then
     $py -m study.retrieval_docs --corpus "$corpus" --documents "$RETRIEVAL_DOCUMENTS" --out "$extra/niah.jsonl" \
-      --workers "$(nproc)" > "$out/retrieval_docs.log" 2>&1
+      --workers "$(nproc)" --needles "$needles" > "$out/retrieval_docs.log" 2>&1
     $py -m train.data.prepare --source jsonl --paths "$extra/niah.jsonl" \
       --tokenizer "$corpus/tokenizer/tokenizer.json" --output "$extra/shards" --threads "$(nproc)" \
       >> "$out/retrieval_docs.log" 2>&1

@@ -97,3 +97,15 @@ def test_evaluate_only_accepts_only_the_runs_own_evaluations(tmp_path):
     _run(tmp_path, "ccq-gdn-100m")
     proc, commands = _run(tmp_path, "ccq-gdn-100m", EVALUATE_ONLY="niah_ccq_off")
     assert proc.returncode == 0 and commands == [["-m", "eval", "niah"]]
+
+
+@pytest.mark.parametrize("needles,folder", [(None, "retrieval_30"), ("8", "retrieval_30_needles8")])
+def test_a_retrieval_mix_has_a_folder_per_count_and_needles(tmp_path, needles, folder):
+    env = {"RETRIEVAL_DOCUMENTS": "30"} | ({"RETRIEVAL_NEEDLES": needles} if needles else {})
+    proc, _ = _run(tmp_path, "gla-100m", **env)
+    assert proc.returncode == 0, proc.stderr
+    calls = (tmp_path / "calls.txt").read_text().splitlines()
+    made = [c for c in calls if c.startswith("-m study.retrieval_docs")]
+    assert len(made) == 1 and f"/{folder}/niah.jsonl" in made[0] and f"--needles {needles or 1}" in made[0]
+    train = next(c for c in calls if c.startswith("-m train --config"))
+    assert f"data.paths=[{tmp_path}/work/corpus/shards/train,{tmp_path}/work/corpus/{folder}/shards]" in train

@@ -1,11 +1,13 @@
 """study/retrieval_docs.py: S-NIAH-format training documents, apart from the evaluation's prompts."""
 
 import json
+import re
 
 import pytest
 
 from ccq_jax.tokenizers import load_tokenizer
 from eval import niah
+from study import retrieval_docs
 from study.retrieval_docs import haystack_text, main, retrieval_documents
 
 HAYSTACK = " ".join(f"Word{i} of the manual describes option {i}." for i in range(3000))
@@ -55,3 +57,44 @@ def test_workers_make_the_same_documents_and_bad_counts_are_named():
     for bad in (0, 1.5, True):
         with pytest.raises(ValueError, match=r"workers: expected a positive int"):
             retrieval_documents(tok, HAYSTACK, documents=3, seed=1, lengths=LENGTHS, workers=bad)
+
+
+@pytest.mark.parametrize("task", list(niah.TASKS))
+def test_dense_documents_hold_every_needle_and_every_answer_once(task):
+    tok = load_tokenizer("byte")
+    docs = retrieval_documents(tok, HAYSTACK, documents=4, seed=1, lengths=(2048,), needles=6)
+    mine = [d for d in docs if f"/{task}/" in d["path"]]
+    assert len(docs) == 2 * len(niah.TASKS) and len(mine) == 2  # per task and length, no depths
+    kind, orders = niah.TASKS[task].type_needle_v, []
+    for d in mine:
+        text = d["text"]
+        assert len(tok.encode(text)) <= 2048 and d["path"].startswith("retrieval-dense/")
+        needles = re.findall(rf"One of the special magic {kind} for (\S+) is: (\S+)\.", text)
+        answers = re.findall(rf"What is the special magic {kind[:-1]} for (\S+) mentioned in the provided text\? "
+                             rf"The special magic {kind[:-1]} for \1 mentioned in the provided text is (\S+)\.", text)
+        assert len(needles) == 6 and sorted(needles) == sorted(answers)  # each key asked once, answered right
+        orders.append([k for k, _ in answers] != [k for k, _ in needles])
+        assert text.index(answers[0][1] + ".") < text.index("What is")  # the needles are all in the haystack
+        haystack = text[text.index("afterwards.\n") + 12:text.index("\nWhat is")]
+        assert ("Word" in haystack) == (niah.TASKS[task].haystack == "essay")
+    assert mine[0]["text"] != mine[1]["text"] and any(orders)  # the keys are asked in another order than written
+    assert retrieval_documents(tok, HAYSTACK, documents=4, seed=1, lengths=(2048,), needles=6, workers=2) == docs
+
+
+def test_dense_cells_are_split_into_jobs_that_do_not_change_the_documents(monkeypatch):
+    tok = load_tokenizer("byte")
+    whole = retrieval_documents(tok, HAYSTACK, documents=15, seed=2, lengths=(1024,), needles=2)
+    monkeypatch.setattr(retrieval_docs, "DENSE_JOB", 2)  # each cell's 5 documents in jobs of 2, 2 and 1
+    assert retrieval_documents(tok, HAYSTACK, documents=15, seed=2, lengths=(1024,), needles=2) == whole
+    assert [d["path"].rsplit("/", 1)[1] for d in whole] == ["0", "1", "2", "3", "4"] * len(niah.TASKS)
+
+
+def test_dense_documents_refuse_what_cannot_fit_by_name():
+    tok = load_tokenizer("byte")
+    with pytest.raises(ValueError, match=r"lengths: 512 tokens cannot hold 6 needles of niah_single_1"):
+        retrieval_documents(tok, HAYSTACK, documents=1, seed=1, lengths=(512,), needles=6)
+    for bad in (0, 2.0, True):
+        with pytest.raises(ValueError, match=r"needles: expected a positive int"):
+            retrieval_documents(tok, HAYSTACK, documents=1, seed=1, lengths=(2048,), needles=bad)
+    with pytest.raises(ValueError, match=r"needles: expected at most"):
+        retrieval_documents(tok, HAYSTACK, documents=1, seed=1, lengths=(2048,), needles=10**6)
