@@ -20,7 +20,7 @@ S-NIAH format has one, and a lookup the format alone cannot answer (the 30,000-d
 K = 1 taught a 100M Transformer the answer's format, not the lookup: docs/results.md). The first
 question is the evaluation's prompt ending; the header keeps its singular wording. With the corpus's
 tokenizer 512 tokens hold at most 4 UUID needles and their answers (a larger K needs `--lengths`
-without 512); 900 documents of K = 4 take 38 s on one core (1.07M tokens).
+without 512); 900 documents of K = 4 take 23 s on one core (1.07M tokens).
 """
 
 import argparse
@@ -67,9 +67,11 @@ def _cell_documents(tokenizer, essays: str, task: str, length: int, depth: int, 
              "path": f"retrieval/{task}/{s.length}/{s.depth}/{s.index}"} for s in samples]
 
 
-def dense_document(tokenizer, haystack: str, task: str, length: int, index: int, needles: int, seed: int) -> dict:
+def dense_document(tokenizer, haystack: str, task: str, length: int, index: int, needles: int, seed: int,
+                   start: int = 64) -> tuple[dict, int]:
     """One document of `needles` needles in a haystack of `task`'s kind, then each key's question and answer (the
-    module docstring), as many haystack units as fit in `length` tokens of `tokenizer` (a `TextTokenizer`)."""
+    module docstring), as many haystack units as fit in `length` tokens of `tokenizer` (a `TextTokenizer`), and
+    that number of units: the search for it starts at `start` (the cell's previous document's, which is close)."""
     spec, kind = niah.TASKS[task], niah.TASKS[task].type_needle_v[:-1]
     rng = random.Random(f"dense:{seed}:{task}:{length}:{index}")
     keys = rng.sample(niah.KEYS, needles)
@@ -93,10 +95,10 @@ def dense_document(tokenizer, haystack: str, task: str, length: int, index: int,
             units.insert(slot + j, sentence)
         return header.format(type_needle_v=kind) + sep.join(units) + answers
 
-    n = niah.largest_fitting(lambda n: len(tokenizer.encode(text(n))) <= length, 64)
+    n = niah.largest_fitting(lambda n: len(tokenizer.encode(text(n))) <= length, start)
     if n == 0:
         raise ValueError(f"lengths: {length} tokens cannot hold {needles} needles of {task} and their answers")
-    return {"text": text(n), "source": "retrieval", "path": f"retrieval-dense/{task}/{length}/{index}"}
+    return {"text": text(n), "source": "retrieval", "path": f"retrieval-dense/{task}/{length}/{index}"}, n
 
 
 DENSE_JOB = 50  # dense documents a job makes: a cell's documents split over the workers, the same for any number
@@ -104,8 +106,11 @@ DENSE_JOB = 50  # dense documents a job makes: a cell's documents split over the
 
 def _dense_documents(tokenizer, haystack: str, task: str, length: int, first: int, count: int, needles: int,
                      seed: int) -> list:
-    return [dense_document(TextTokenizer(tokenizer), haystack, task, length, i, needles, seed)
-            for i in range(first, first + count)]
+    docs, units, text_tokenizer = [], 64, TextTokenizer(tokenizer)
+    for i in range(first, first + count):
+        doc, units = dense_document(text_tokenizer, haystack, task, length, i, needles, seed, start=units)
+        docs.append(doc)
+    return docs
 
 
 def retrieval_documents(tokenizer, haystack: str, documents: int, seed: int, lengths=LENGTHS,

@@ -7,6 +7,7 @@ import pytest
 
 from ccq_jax.tokenizers import load_tokenizer
 from eval import niah
+from eval.models import TextTokenizer
 from study import retrieval_docs
 from study.retrieval_docs import haystack_text, main, retrieval_documents
 
@@ -98,3 +99,10 @@ def test_dense_documents_refuse_what_cannot_fit_by_name():
             retrieval_documents(tok, HAYSTACK, documents=1, seed=1, lengths=(2048,), needles=bad)
     with pytest.raises(ValueError, match=r"needles: expected at most"):
         retrieval_documents(tok, HAYSTACK, documents=1, seed=1, lengths=(2048,), needles=10**6)
+
+
+def test_where_the_search_for_the_haystack_size_starts_changes_nothing():
+    tok = TextTokenizer(load_tokenizer("byte"))
+    docs = {start: retrieval_docs.dense_document(tok, HAYSTACK, "niah_single_2", 2048, 3, 4, 1, start=start)
+            for start in (1, 64, 10_000)}
+    assert docs[1] == docs[64] == docs[10_000] and docs[1][1] > 1
