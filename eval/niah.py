@@ -310,8 +310,8 @@ def _rank(prompt: list[int], answers: list[list[int]], logits_fn: LogitsFn) -> t
     """Each answer's teacher-forced log-probability after `prompt`, and the fraction of the others the first beats
     (ties count half)."""
     ids = np.asarray([prompt + a for a in answers], np.int32)
-    start = len(prompt) - 1  # the logits that predict the answers' tokens: sliced where they are (a device
-    logp, _ = target_logprobs(logits_fn(ids[:, :-1])[:, start:], ids[:, start + 1:])  # array stays there)
+    start = len(prompt) - 1  # the logits that predict the answers' tokens, sliced where they are (on the device)
+    logp, _ = target_logprobs(logits_fn(ids[:, :-1])[:, start:], ids[:, start + 1:])
     totals = logp.sum(axis=1)
     beaten = float(np.sum(totals[0] > totals[1:]) + 0.5 * np.sum(totals[0] == totals[1:]))
     return totals, beaten / (len(answers) - 1)
