@@ -61,6 +61,20 @@ class NiahTask:
     haystack: str  # "noise" | "essay"
     type_needle_v: str  # "numbers" | "uuids"
 
+    @property
+    def separator(self) -> str:
+        """What joins the haystack's units (essay sentences, noise lines) and the needle between them."""
+        return " " if self.haystack == "essay" else "\n"
+
+    @property
+    def singular_type(self) -> str:
+        """The template's singular of `type_needle_v` (one needle, one query): "number" | "uuid"."""
+        return self.type_needle_v[:-1]
+
+    def needle(self, key: str, value: str) -> str:
+        """The needle sentence, in RULER's plural wording."""
+        return NEEDLE.format(type_needle_v=self.type_needle_v, key=key, value=value)
+
 
 TASKS = {
     "niah_single_1": NiahTask("noise", "numbers"),
@@ -125,16 +139,19 @@ def essay_words(essay_dir: str | None = None) -> list[str]:
     return re.sub(r"\s+", " ", text).strip().split(" ")
 
 
+def haystack_units(task: NiahTask, words: list[str], num_units: int) -> list[str]:
+    """The haystack of `num_units` units (essay words, repeated as needed, as sentences / noise sentences), to be
+    joined by `task.separator`."""
+    if task.haystack == "essay":
+        return split_sentences(" ".join((words * -(-num_units // len(words)))[:num_units]))
+    return [NOISE] * num_units
+
+
 def build_context(task: NiahTask, words: list[str], num_units: int, depth: int, needle: str) -> str:
     """The haystack of `num_units` units (essay words / noise sentences) with the needle at `depth` percent."""
-    if task.haystack == "essay":
-        repeats = -(-num_units // len(words))
-        sents = split_sentences(" ".join((words * repeats)[:num_units]))
-        sep = " "
-    else:
-        sents, sep = [NOISE] * num_units, "\n"
+    sents = haystack_units(task, words, num_units)
     at = int(len(sents) * depth / 100)
-    return sep.join([*sents[:at], needle, *sents[at:]])
+    return task.separator.join([*sents[:at], needle, *sents[at:]])
 
 
 def needle_value(task: NiahTask, rng: random.Random) -> str:
@@ -197,13 +214,13 @@ def generate_samples(
     check.integer("tokens_to_generate", tokens_to_generate, minimum=0)
     spec = TASKS[task]
     words = essay_words(essay_dir) if spec.haystack == "essay" else []
-    type_v = spec.type_needle_v[:-1]  # the template's singular: one needle, one query
+    type_v = spec.singular_type
     samples, start = [], {}
     cells = [(length, depth, i) for length in lengths for depth in depths for i in range(num_samples)]
     for length, depth, index in progress_bar(cells, desc=f"{task} samples", disable=not progress):
         rng = random.Random(f"{seed}:{task}:{length}:{depth}:{index}")
         key, value = rng.choice(KEYS), needle_value(spec, rng)
-        needle = NEEDLE.format(type_needle_v=spec.type_needle_v, key=key, value=value)  # plural, as RULER
+        needle = spec.needle(key, value)
         prefix = singular(ANSWER_PREFIX).format(type_needle_v=type_v, query=key)
 
         def prompt(n: int) -> str:
@@ -293,15 +310,15 @@ def needle_free_prompt(sample: NiahSample) -> str:
     """The sample's prompt with its needle sentence and one separator next to it removed: the same haystack, key
     query and answer prefix, with nothing to retrieve (the graded score's negative control)."""
     spec = TASKS[sample.task]
-    needle = NEEDLE.format(type_needle_v=spec.type_needle_v, key=sample.key, value=sample.outputs[0])
+    needle = spec.needle(sample.key, sample.outputs[0])
     text = sample.prompt
     at = text.find(needle)
     if at < 0:
         raise ValueError(f"sample: expected its prompt to hold its needle {needle!r}")
-    end, sep = at + len(needle), " " if spec.haystack == "essay" else "\n"  # build_context's separator
-    if text[end : end + 1] == sep:
+    end = at + len(needle)
+    if text[end : end + 1] == spec.separator:
         end += 1
-    elif text[at - 1 : at] == sep:  # the needle ends the haystack
+    elif text[at - 1 : at] == spec.separator:  # the needle ends the haystack
         at -= 1
     return text[:at] + text[end:]
 

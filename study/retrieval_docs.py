@@ -72,11 +72,12 @@ def dense_document(tokenizer, haystack: str, task: str, length: int, index: int,
     """One document of `needles` needles in a haystack of `task`'s kind, then each key's question and answer (the
     module docstring), as many haystack units as fit in `length` tokens of `tokenizer` (a `TextTokenizer`), and
     that number of units: the search for it starts at `start` (the cell's previous document's, which is close)."""
-    spec, kind = niah.TASKS[task], niah.TASKS[task].type_needle_v[:-1]
+    spec = niah.TASKS[task]
+    kind = spec.singular_type
     rng = random.Random(f"dense:{seed}:{task}:{length}:{index}")
     keys = rng.sample(niah.KEYS, needles)
     values = [niah.needle_value(spec, rng) for _ in keys]
-    sentences = [niah.NEEDLE.format(type_needle_v=spec.type_needle_v, key=k, value=v) for k, v in zip(keys, values)]
+    sentences = [spec.needle(k, v) for k, v in zip(keys, values)]
     depths = sorted(rng.random() for _ in keys)
     asked = rng.sample(range(needles), needles)
     header, question = niah.singular(niah.TEMPLATE).split("{context}")
@@ -86,14 +87,11 @@ def dense_document(tokenizer, haystack: str, task: str, length: int, index: int,
     words = haystack.split(" ")
 
     def text(n: int) -> str:
-        if spec.haystack == "essay":
-            units, sep = niah.split_sentences(" ".join((words * -(-n // len(words)))[:n])), " "
-        else:
-            units, sep = [niah.NOISE] * n, "\n"
+        units = niah.haystack_units(spec, words, n)
         slots = [int(len(units) * depth) for depth in depths]  # boundaries of the haystack alone, ascending
         for j, (slot, sentence) in enumerate(zip(slots, sentences)):
             units.insert(slot + j, sentence)
-        return header.format(type_needle_v=kind) + sep.join(units) + answers
+        return header.format(type_needle_v=kind) + spec.separator.join(units) + answers
 
     n = niah.largest_fitting(lambda n: len(tokenizer.encode(text(n))) <= length, start)
     if n == 0:

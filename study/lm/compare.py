@@ -68,16 +68,17 @@ def read_evaluation(folder: pathlib.Path, tag: str = "") -> Evaluation:
     by_length = dict((int(n), float(p)) for n, p in
                      re.findall(r"^\s+(\d+)\s+([\d.]+)\s*$", (folder / f"extrapolation{tag}.log").read_text(), re.M))
     niah_log = folder / f"niah{tag}.log"
-    # no S-NIAH table: not run, or cut by its call's time limit before it printed one
-    niah = dict((task, float(acc)) for task, acc in
-                re.findall(r"^(niah_\S+)\s.*\s([\d.]+)\s*$", niah_log.read_text(), re.M)) if niah_log.exists() else {}
+    niah_text = niah_log.read_text() if niah_log.exists() else ""
+    # None: no S-NIAH table, as S-NIAH did not run or its call's time limit cut it before the table
+    niah = dict((task, float(acc))
+                for task, acc in re.findall(r"^(niah_\S+)\s.*\s([\d.]+)\s*$", niah_text, re.M)) or None
     if sorted(by_length) != list(LENGTHS):
         raise ValueError(f"{folder}: expected perplexity at {LENGTHS} in its extrapolation{tag}.log")
     delta_mu_log = folder / f"delta_mu{tag}.log"
     delta_mu = float(_search(r"mean Delta-mu over layers and heads: (\S+)", delta_mu_log)[1]) \
         if delta_mu_log.exists() else None
     return Evaluation(perplexity=float(_search(r"^perplexity (\S+)", folder / f"ppl{tag}.log")[1]),
-                      by_length=by_length, niah=niah or None, delta_mu=delta_mu)
+                      by_length=by_length, niah=niah, delta_mu=delta_mu)
 
 
 def read_run(folder: pathlib.Path) -> Run:

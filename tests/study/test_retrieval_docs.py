@@ -106,3 +106,14 @@ def test_where_the_search_for_the_haystack_size_starts_changes_nothing():
     docs = {start: retrieval_docs.dense_document(tok, HAYSTACK, "niah_single_2", 2048, 3, 4, 1, start=start)
             for start in (1, 64, 10_000)}
     assert docs[1] == docs[64] == docs[10_000] and docs[1][1] > 1
+
+
+def test_cli_names_a_bad_needle_count_in_one_error_line(tmp_path, capsys):
+    corpus = tmp_path / "corpus"
+    (corpus / "documents" / "train").mkdir(parents=True)
+    (corpus / "documents" / "train" / "python3.11-doc.jsonl").write_text(json.dumps({"text": HAYSTACK}) + "\n")
+    with pytest.raises(SystemExit) as ended:
+        main(["--corpus", str(corpus), "--documents", "3", "--tokenizer", "byte", "--needles", "0",
+              "--out", str(tmp_path / "r.jsonl")])
+    assert ended.value.code == 2 and not (tmp_path / "r.jsonl").exists()
+    assert capsys.readouterr().err.strip().splitlines()[-1].endswith("error: needles: expected a positive int, got 0")
