@@ -9,8 +9,9 @@
 # for at most LIMIT seconds, prints the timeline and the S-NIAH table, and leaves $OUT/NAME.tgz (default NAME:
 # RUN-seedSEED; NAME is also the key of the run's checkpoint on the machine, see run.sh): the device tool returns
 # a limited number of files. Further `--set` overrides go to ccq-train after the seed's (the docs that report
-# such a run must say so). EVALUATE_ONLY, RETRIEVAL_DOCUMENTS and RETRIEVAL_NEEDLES pass through to run.sh (EVALUATE_ONLY, with
-# the same RUN, SEED and NAME: finish a run whose previous call stopped during its evaluations).
+# such a run must say so). EVALUATE_ONLY, EVALUATIONS, RETRIEVAL_DOCUMENTS and RETRIEVAL_NEEDLES pass through to
+# run.sh (EVALUATE_ONLY, with the same RUN, SEED and NAME: finish a run whose previous call stopped during its
+# evaluations).
 set -uo pipefail
 run=$1 seed=$2 limit=$3 name=${4:-$1-seed$2}
 shift $(( $# < 4 ? $# : 4 ))

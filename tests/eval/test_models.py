@@ -24,6 +24,11 @@ def ccq_gdn():
     return build("ccq-gdn-tiny", {"num_hidden_layers": 1, "kernel.chunk_size": 4, "vocab_size": 384})
 
 
+@pytest.fixture(scope="module")
+def transformer():
+    return build("transformer-tiny", {"num_hidden_layers": 1, "vocab_size": 384})
+
+
 def test_logits_and_streaming_steps_equal_the_full_forward_after_the_prefix(ccq_gdn):
     ids = token_ids((2, 13), seed=1)
     runner = ModelRunner(ccq_gdn, prefix=[BOS], batch_size=2)
@@ -38,16 +43,19 @@ def test_logits_and_streaming_steps_equal_the_full_forward_after_the_prefix(ccq_
     assert rel_rms(jnp.concatenate(steps, axis=1), full) < 1e-5
 
 
-def test_logits_of_many_lengths_compile_one_shape_per_bucket(ccq_gdn, caplog):
+@pytest.mark.parametrize("name", ["ccq_gdn", "transformer"])
+def test_logits_of_many_lengths_compile_one_shape_per_bucket(name, request, caplog):
     """Widths 9 to 15 (+ the prefix: 10 to 16) share the bucket 16: one compilation of the forward, and each
-    length's logits are the unpadded forward's (right padding changes no logit before it)."""
-    runner = ModelRunner(ccq_gdn, prefix=[BOS])
+    length's logits are the unpadded forward's (right padding changes no logit before it, for the recurrence and
+    for causal softmax attention alike)."""
+    model = request.getfixturevalue(name)
+    runner = ModelRunner(model, prefix=[BOS])
     ids = token_ids((1, 15), seed=3)
     with jax.log_compiles(True), caplog.at_level(logging.WARNING):
         for n in range(9, 16):
             logits = runner.logits(np.asarray(ids[:, :n]))
             with_bos = jnp.concatenate([jnp.full((1, 1), BOS), ids[:, :n]], axis=1)
-            assert logits.shape == (1, n, 384) and rel_rms(logits, ccq_gdn(with_bos)[:, 1:]) < 1e-5
+            assert logits.shape == (1, n, 384) and rel_rms(logits, model(with_bos)[:, 1:]) < 1e-5
     assert sum("Compiling jit(_forward)" in r.getMessage() for r in caplog.records) == 1
 
 

@@ -1,5 +1,6 @@
 """study/lm/run.sh's control flow with a stand-in Python that records each command: a full run trains then
-evaluates; EVALUATE_ONLY runs just the named evaluations on an existing checkpoint and rejects unknown names."""
+evaluates; EVALUATE_ONLY runs just the named evaluations on an existing checkpoint, EVALUATIONS just those after
+training, and both reject unknown names before any work."""
 
 import os
 import pathlib
@@ -18,10 +19,12 @@ fi
 """
 
 
-def _run(tmp_path, run, out="out", **env):
+def _run(tmp_path, run, out="out", fresh=False, **env):
+    """fresh: no unpacked corpus in the work folder."""
     work = tmp_path / "work"
     (work / "corpus" / "shards" / "heldout").mkdir(parents=True, exist_ok=True)
-    (work / "corpus" / "shards" / "heldout" / "manifest.json").write_text("{}")
+    if not fresh:
+        (work / "corpus" / "shards" / "heldout" / "manifest.json").write_text("{}")
     fake = tmp_path / "python"
     fake.write_text(FAKE_PYTHON)
     fake.chmod(0o755)
@@ -39,8 +42,8 @@ def test_full_run_trains_then_runs_every_evaluation(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert commands[0] == ["-m", "train", "--config"]
     evaluations = sorted(c[1] if c[1] != "eval" else c[2] for c in commands[1:])
-    # CCQ on and off; the trained weights' causality once
-    assert evaluations == sorted(["ppl", "extrapolation", "niah", "delta-mu"] * 2 + ["study.lm.causality"])
+    # CCQ on and off; the read's engagement and the trained weights' causality once
+    assert evaluations == sorted(["ppl", "extrapolation", "niah", "delta-mu"] * 2 + ["read", "study.lm.causality"])
     assert "causality done" in (tmp_path / "out" / "timeline.txt").read_text()
 
 
@@ -64,6 +67,22 @@ def test_evaluate_only_skips_training_and_other_evaluations(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert commands == [["-m", "eval", "niah"]]
     assert "niah done" in (tmp_path / "out" / "timeline.txt").read_text()
+
+
+def test_evaluations_trains_then_runs_only_the_named_evaluations(tmp_path):
+    proc, commands = _run(tmp_path, "ccq-gdn-100m", EVALUATIONS="niah niah_ccq_off read")
+    assert proc.returncode == 0, proc.stderr
+    assert commands[0] == ["-m", "train", "--config"]
+    assert sorted(c[2] for c in commands[1:]) == ["niah", "niah", "read"]
+
+
+def test_a_misspelt_evaluation_is_refused_before_the_corpus_is_unpacked(tmp_path):
+    """A typo must not cost the minutes of unpacking and making the retrieval mix on a lent GPU."""
+    proc, commands = _run(tmp_path, "gdn-100m", EVALUATIONS="niah redd", RETRIEVAL_DOCUMENTS="30",
+                           fresh=True)  # unpacking would run first
+    assert proc.returncode == 2 and commands == []
+    assert "EVALUATIONS: expected names among ppl extrapolation niah delta_mu causality (those of gdn-100m), got redd" \
+        in proc.stderr
 
 
 def test_each_out_name_keeps_its_own_checkpoint(tmp_path):
