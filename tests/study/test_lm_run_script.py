@@ -128,3 +128,15 @@ def test_a_retrieval_mix_has_a_folder_per_count_and_needles(tmp_path, needles, f
     assert len(made) == 1 and f"/{folder}/niah.jsonl" in made[0] and f"--needles {needles or 1}" in made[0]
     train = next(c for c in calls if c.startswith("-m train --config"))
     assert f"data.paths=[{tmp_path}/work/corpus/shards/train,{tmp_path}/work/corpus/{folder}/shards]" in train
+
+
+def test_every_run_of_the_study_builds_its_model_config():
+    """runs.yaml is read only on the lent GPU: a run whose overrides do not validate would cost a call there."""
+    from train.runs import load_config
+    runs = load_config(str(SCRIPT.parent / "runs.yaml"))
+    assert len({r.name for r in runs}) == len(runs) >= 8
+    for run in runs:
+        config = run.model_config
+        assert config.vocab_size == 16384 and (config.family == "transformer" or config.kernel.impl == "pallas")
+    conv = {r.name: r.model_config for r in runs if r.name.endswith("-conv")}
+    assert sorted(conv) == ["ccq-gla-100m-conv", "gla-100m-conv"] and all(c.use_short_conv for c in conv.values())
