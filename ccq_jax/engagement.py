@@ -68,9 +68,9 @@ def read_engagement(model, input_ids, *, segment_ids=None, positions=None) -> di
     """The engagement of every CCQ layer of `model` (a `CausalLM`) on `input_ids` [B, T].
 
     positions: [B, T] bool, the tokens whose contraction is also averaged alone (None: none; its figures are
-    then 0). Returns {"layers": [{"layer", "read", "heads": {name: [per head]}}], "summary": {name: mean over
-    layers and heads}}; layers without a CCQ read (or with it off) are left out, and a model with none is a
-    ValueError.
+    then 0, and `format_table` shows "-"). Returns {"layers": [{"layer", "read", "heads": {name: [per head]}}],
+    "summary": {name: mean over layers and heads}, "num_positions": the positions' count}; layers without a CCQ
+    read (or with it off) are left out, and a model with none is a ValueError.
     """
     cfg = getattr(model.config, "ccq", None)
     if cfg is None or not cfg.active:
@@ -94,23 +94,24 @@ def read_engagement(model, input_ids, *, segment_ids=None, positions=None) -> di
                     "heads": {name: np.asarray(a).tolist() for name, a in arrays.items()}})
     summary = {name: float(np.mean([np.mean(layer["heads"][name]) for layer in out])) for name in out[0]["heads"]}
     summary["sigma_top1"] = float(np.mean([np.asarray(layer["heads"]["sigma_top"])[:, 0] for layer in out]))
-    return {"layers": out, "summary": summary}
+    return {"layers": out, "summary": summary, "num_positions": int(jnp.sum(positions))}
 
 
 def format_table(report: dict) -> str:
     """One line per layer and head: lambda, the contraction applied (all tokens, at the positions), Sigma."""
+    at = (lambda x: f"{x:.2%}") if report["num_positions"] else (lambda x: "-")  # no positions: nothing averaged
     lines = [f"{'layer':>5} {'head':>4} {'lambda':>7} {'p90':>6} {'applied':>8} {'at pos':>7} {'avail':>7} "
              f"{'eig1':>7} {'tr':>6} {'eff.rank':>8}"]
     for layer in report["layers"]:
         hd = layer["heads"]
         for h in range(len(hd["lambda_mean"])):
             lines.append(f"{layer['layer']:>5} {h:>4} {hd['lambda_mean'][h]:7.3f} {hd['lambda_p90'][h]:6.3f} "
-                         f"{hd['applied_mean'][h]:8.2%} {hd['applied_at_positions'][h]:7.2%} "
+                         f"{hd['applied_mean'][h]:8.2%} {at(hd['applied_at_positions'][h]):>7} "
                          f"{hd['available_mean'][h]:7.2%} {hd['sigma_top'][h][0]:7.4f} {hd['sigma_trace'][h]:6.3f} "
                          f"{hd['effective_rank'][h]:8.1f}")
     s = report["summary"]
-    lines.append(f"mean: lambda {s['lambda_mean']:.3f}, applied contraction {s['applied_mean']:.2%} "
-                 f"({s['applied_at_positions']:.2%} at the positions), eig_max {s['sigma_top1']:.4f}, effective rank "
-                 f"{s['effective_rank']:.1f}")
+    positions = f" ({at(s['applied_at_positions'])} at the positions)" if report["num_positions"] else ""
+    lines.append(f"mean: lambda {s['lambda_mean']:.3f}, applied contraction {s['applied_mean']:.2%}{positions}, "
+                 f"eig_max {s['sigma_top1']:.4f}, effective rank {s['effective_rank']:.1f}")
     return "\n".join(lines)
 

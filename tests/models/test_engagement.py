@@ -68,6 +68,9 @@ def test_a_model_reports_every_ccq_layer_and_one_without_the_read_is_refused():
     assert [layer["layer"] for layer in report["layers"]] == list(range(len(model.layers)))
     heads = report["layers"][0]["heads"]
     assert len(heads["lambda_mean"]) == model.config.num_heads and 0 < report["summary"]["applied_mean"] < 1
-    assert "applied contraction" in format_table(report)
+    table = format_table(report)  # no positions given: nothing averaged there, shown as such and not as 0 %
+    assert report["num_positions"] == 0 and "at the positions" not in table and " -  " in table.splitlines()[1]
+    at_end = read_engagement(model, token_ids((2, 32)), positions=np.arange(32)[None].repeat(2, 0) >= 28)
+    assert at_end["num_positions"] == 8 and "at the positions" in format_table(at_end)
     with pytest.raises(ValueError, match=r"model: no CCQ read to measure \(family 'gla', ccq absent\)"):
         read_engagement(build("gla-tiny"), token_ids((2, 32)))
