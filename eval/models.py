@@ -57,6 +57,16 @@ def bucket(n: int) -> int:
     return 1 << max(0, n - 1).bit_length() if n <= 1024 else -(-n // 1024) * 1024
 
 
+def _right_padded(rows, num_rows: int) -> tuple[np.ndarray, np.ndarray]:
+    """Token rows -> (ids [num_rows, bucket(longest row)] right-padded with 0, each row's length), rows past the
+    given ones all padding with length 1."""
+    ids = np.zeros((num_rows, bucket(max(map(len, rows)))), np.int32)
+    lengths = np.ones(num_rows, np.int32)
+    for i, r in enumerate(rows):
+        ids[i, :len(r)], lengths[i] = r, len(r)
+    return ids, lengths
+
+
 @functools.partial(jax.jit, static_argnums=0)
 def _forward(graph, state, ids):
     return nnx.merge(graph.graphdef, state)(ids)
@@ -84,10 +94,8 @@ class ModelRunner:
         """ids [B, T] -> logits [B, T, E] of one forward over prefix + ids, right-padded to a bucket's width (causal:
         the padding changes no logit before it), so inputs of many lengths compile a few shapes."""
         ids = self._with_prefix(ids)
-        width = ids.shape[1]
-        padded = np.zeros((ids.shape[0], bucket(width)), np.int32)
-        padded[:, :width] = ids
-        return _forward(graph_key(self._served), self._served.state, padded)[:, len(self.prefix):width]
+        padded, _ = _right_padded(ids, len(ids))
+        return _forward(graph_key(self._served), self._served.state, padded)[:, len(self.prefix):ids.shape[1]]
 
     def init_carry(self, batch: int):
         """A cache for `batch` rows that has read the prefix."""
@@ -104,12 +112,7 @@ class ModelRunner:
         """Yield (first row index, ids [batch_size, width] right-padded with 0, lengths [batch_size])."""
         rows = [self.prefix + [int(t) for t in r] for r in rows]
         for first in range(0, len(rows), self.batch_size):
-            group = rows[first:first + self.batch_size]
-            ids = np.zeros((self.batch_size, bucket(max(map(len, group)))), np.int32)
-            lengths = np.ones(self.batch_size, np.int32)
-            for i, r in enumerate(group):
-                ids[i, :len(r)], lengths[i] = r, len(r)
-            yield first, ids, lengths
+            yield first, *_right_padded(rows[first:first + self.batch_size], self.batch_size)
 
     def generate(self, prompts: list[list[int]], max_new_tokens: int) -> list[list[int]]:
         """Greedy continuations: `max_new_tokens` new tokens per prompt (the callers cut at EOS)."""
