@@ -73,6 +73,8 @@ evaluations() {  # every evaluation of this run: CCQ models' also with CCQ off
 }
 
 # the names asked for, before any work
+[ -z "$only" ] || [ -z "${EVALUATIONS:-}" ] \
+  || { echo "EVALUATIONS: expected it unset with EVALUATE_ONLY (which names the evaluations itself)" >&2; exit 2; }
 planning=1 evaluations
 for name in $selected; do
   [[ " ${planned[*]} " == *" $name "* ]] || { echo "$([ -n "$only" ] && echo EVALUATE_ONLY || echo EVALUATIONS):" \

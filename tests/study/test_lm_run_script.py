@@ -85,6 +85,13 @@ def test_a_misspelt_evaluation_is_refused_before_the_corpus_is_unpacked(tmp_path
         in proc.stderr
 
 
+def test_evaluations_beside_evaluate_only_is_refused_instead_of_ignored(tmp_path):
+    _run(tmp_path, "gdn-100m")
+    proc, commands = _run(tmp_path, "gdn-100m", EVALUATE_ONLY="niah", EVALUATIONS="ppl")
+    assert proc.returncode == 2 and commands == []
+    assert "EVALUATIONS: expected it unset with EVALUATE_ONLY" in proc.stderr
+
+
 def test_each_out_name_keeps_its_own_checkpoint(tmp_path):
     """A run at another seed on the same machine (another OUT name) trains its own checkpoint instead of resuming
     the first one's; EVALUATE_ONLY finds a checkpoint only under the OUT name that trained it."""
