@@ -163,6 +163,8 @@ def run_niah(ctx: Context):
                          + f" {summary['graded']['graded_score']:>8.3f}  (rank score; 0.5 chance, 1 first)")
             lines.append(f"{'  no needle':<14} " + " ".join(f"{by[n]['control_score']:>7.3f}" for n in sorted(a.lengths))
                          + f" {summary['graded']['control_score']:>8.3f}  (the same without the needle: ~0.5)")
+            lines.append(f"{'  needle lift':<14} " + " ".join(f"{by[n]['needle_lift']:>7.2f}" for n in sorted(a.lengths))
+                         + f" {summary['graded']['needle_lift']:>8.2f}  (nats the needle adds to the true value: ~0 unread)")
     return results, "\n".join(lines)
 
 

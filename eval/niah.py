@@ -359,11 +359,22 @@ def graded_scores(samples: list[NiahSample], logits_fn: LogitsFn, tokenizer: Tok
     return out
 
 
+def needle_lift(record: dict) -> float:
+    """How much the needle raises the true value's log-probability beyond what it does to the other candidates', in
+    nats: (true with needle - true without) - mean over the others of (with - without). 0 for a model that ignores
+    the needle, whatever its preferences among the values; positive for one that reads it."""
+    lift = np.asarray(record["logprobs"]) - np.asarray(record["control_logprobs"])
+    return float(lift[0] - np.mean(lift[1:]))
+
+
 def summarize_graded(records: list[dict]) -> dict:
     """Mean graded score and top-1 rate, overall and per length (0.5 and 1 / candidates are chance), and the
-    needle-free control's where the records have it (records written before the control have not)."""
+    needle-free control's and the `needle_lift` where the records have them (records written before the control
+    have not)."""
     lengths = sorted({r["length"] for r in records})
-    keys = ["graded_score", "graded_top1"] + (["control_score", "control_top1"] if "control_score" in records[0] else [])
+    controlled = "control_logprobs" in records[0]
+    records = [r | {"needle_lift": needle_lift(r)} for r in records] if controlled else records
+    keys = ["graded_score", "graded_top1"] + (["control_score", "control_top1", "needle_lift"] if controlled else [])
     mean = lambda rs: {k: float(np.mean([r[k] for r in rs])) for k in keys}
     return mean(records) | {"by_length": {n: mean([r for r in records if r["length"] == n]) for n in lengths}}
 

@@ -103,15 +103,18 @@ def table(summaries: list[AnswerSummary]) -> str:
 
 def graded_table(graded: list[tuple[str, str, str, dict]]) -> str:
     """Markdown, one row per run, evaluation and task: the graded score at each length and overall, and the
-    needle-free control's overall score ("-" for records written before the control)."""
+    needle-free control's overall score and the needle lift (`eval.niah.needle_lift`; "-" for records written
+    before the control)."""
     lengths = sorted({n for *_, g in graded for n in g["by_length"]})
     lines = ["| run | evaluation | task | " + " | ".join(f"graded at {n}" for n in lengths)
-             + " | all | top-1 | no needle (all) |", "|---|---|---|" + "---:|" * (len(lengths) + 3)]
+             + " | all | top-1 | no needle (all) | needle lift, nats (all) |",
+             "|---|---|---|" + "---:|" * (len(lengths) + 4)]
     for run, evaluation, task, g in graded:
         cells = [f"{g['by_length'][n]['graded_score']:.3f}" if n in g["by_length"] else "-" for n in lengths]
         control = f"{g['control_score']:.3f}" if "control_score" in g else "-"
+        lift = f"{g['needle_lift']:.2f}" if "needle_lift" in g else "-"
         lines.append(f"| {run} | {evaluation} | {task} | " + " | ".join(cells)
-                     + f" | {g['graded_score']:.3f} | {100 * g['graded_top1']:.0f} % | {control} |")
+                     + f" | {g['graded_score']:.3f} | {100 * g['graded_top1']:.0f} % | {control} | {lift} |")
     return "\n".join(lines)
 
 

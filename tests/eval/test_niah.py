@@ -202,6 +202,9 @@ def test_the_graded_score_ranks_the_true_value_first_for_a_retriever_and_at_chan
     # the negative control: without the needle the retriever has nothing to read and sits at chance
     assert all(r["control_score"] == 0.5 and not r["control_top1"] for r in copier + flat)
     assert summary["control_score"] == 0.5 and summary["by_length"][512]["control_top1"] == 0.0
+    # the needle lift: +8 on each token of the true value where it differs from a candidate's, so at least 8 nats;
+    # exactly 0 for the flat model (it ignores the needle)
+    assert summary["needle_lift"] >= 8.0 and niah.summarize_graded(flat)["needle_lift"] == 0.0
     for sample in samples:  # the candidates: the true value first, all of its token length, distinct
         values = niah.graded_candidates(sample, TOK, niah.GRADED_CANDIDATES)
         assert values[0] == sample.outputs[0] and len(set(values)) == niah.GRADED_CANDIDATES

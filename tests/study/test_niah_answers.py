@@ -85,13 +85,15 @@ def test_graded_records_are_read_apart_and_summarised_per_length(tmp_path, capsy
     [(run, evaluation, task, summary)] = read_graded(tmp_path)
     assert (run, evaluation, task) == ("transformer-100m", "niah", "niah_single_1")
     assert summary["by_length"][1024]["graded_score"] == 0.75 and summary["graded_score"] == pytest.approx(0.5)
-    assert "| transformer-100m | niah | niah_single_1 | 0.750 | 0.000 | 0.500 | 33 % | - |" in graded_table(
+    assert "| transformer-100m | niah | niah_single_1 | 0.750 | 0.000 | 0.500 | 33 % | - | - |" in graded_table(
         read_graded(tmp_path))  # records from before the needle-free control: no control column value
     later = tmp_path / "transformer-100m-retrieval30000" / "niah"
     later.mkdir(parents=True)
     with gzip.open(later / "niah_single_1_graded.jsonl.gz", "wt") as f:
-        f.write("".join(json.dumps(r | {"control_score": c, "control_top1": False}) + "\n"
+        f.write("".join(json.dumps(r | {"control_score": c, "control_top1": False, "logprobs": [-1.0, -3.0, -4.0],
+                                        "control_logprobs": [-2.0 - c, -3.0, -5.0]}) + "\n"
                         for r, c in zip(graded, (0.25, 0.5, 0.75))))
-    assert "| transformer-100m-retrieval30000 | niah | niah_single_1 | 0.750 | 0.000 | 0.500 | 33 % | 0.500 |" in (
+    # needle lifts: (-1 - (-2 - c)) - mean(0, 1) = 0.5 + c: 0.75, 1.0, 1.25, mean 1.0
+    assert "| transformer-100m-retrieval30000 | niah | niah_single_1 | 0.750 | 0.000 | 0.500 | 33 % | 0.500 | 1.00 |" in (
         graded_table(read_graded(tmp_path)))
     assert main([str(tmp_path)]) == 0 and "graded at 2048" in capsys.readouterr().out
