@@ -10,7 +10,8 @@ a dash, then hex digits and dashes), the share whose first character is the valu
 share's chance level for a value-shaped guess (1/9 for the numbers, which start with 1-9; 1/16 for UUIDs), and
 the most common first word with its share. Where the evaluation also wrote graded records
 (`niah_single_*_graded.jsonl.gz`, `ccq-eval niah --graded`), a second table gives the graded score per length:
-the true value's teacher-forced rank among values of its length (`eval.niah.summarize_graded`; 0.5 chance).
+the true value's teacher-forced rank among values of its length (`eval.niah.summarize_graded`; 0.5 chance),
+and for records with the needle-free control its score and the needle lift (`eval.niah.needle_lift`, nats).
 """
 
 from __future__ import annotations
