@@ -22,5 +22,5 @@ timeout -k 5 "$limit" bash study/lm/run.sh "$run" "$OUT/$name" .corpus/corpus.ta
   --set data.seed="$seed" "$@"
 echo "$name: run.sh rc $?"
 cat "$OUT/$name/timeline.txt"
-tail -6 "$OUT/$name"/niah*.log 2>/dev/null
+tail -15 "$OUT/$name"/niah*.log 2>/dev/null
 tar czf "$OUT/$name.tgz" -C "$OUT" "$name" && rm -rf "${OUT:?}/$name"
