@@ -137,6 +137,12 @@ def _add_niah(p):
                         f"prompt without its needle (the negative control)")
 
 
+GRADED_ROWS = (  # the S-NIAH table's rows under each task with --graded: label, summary key, decimals, how to read it
+    ("  graded", "graded_score", 3, "rank score; 0.5 chance, 1 first"),
+    ("  no needle", "control_score", 3, "the same without the needle: ~0.5"),
+    ("  needle lift", "needle_lift", 2, "nats the needle adds to the true value: ~0 unread"))
+
+
 def run_niah(ctx: Context):
     a = ctx.args
     runner = ctx.runner()
@@ -158,13 +164,10 @@ def run_niah(ctx: Context):
             graded = niah.graded_scores(samples, runner.logits, ctx.tokenizer, progress=ctx.progress)
             write_jsonl(ctx.out / f"{task}_graded.jsonl.gz", graded)
             summary["graded"] = niah.summarize_graded(graded)
-            by = summary["graded"]["by_length"]
-            lines.append(f"{'  graded':<14} " + " ".join(f"{by[n]['graded_score']:>7.3f}" for n in sorted(a.lengths))
-                         + f" {summary['graded']['graded_score']:>8.3f}  (rank score; 0.5 chance, 1 first)")
-            lines.append(f"{'  no needle':<14} " + " ".join(f"{by[n]['control_score']:>7.3f}" for n in sorted(a.lengths))
-                         + f" {summary['graded']['control_score']:>8.3f}  (the same without the needle: ~0.5)")
-            lines.append(f"{'  needle lift':<14} " + " ".join(f"{by[n]['needle_lift']:>7.2f}" for n in sorted(a.lengths))
-                         + f" {summary['graded']['needle_lift']:>8.2f}  (nats the needle adds to the true value: ~0 unread)")
+            g, by = summary["graded"], summary["graded"]["by_length"]
+            for label, key, digits, note in GRADED_ROWS:
+                lines.append(f"{label:<14} " + " ".join(f"{by[n][key]:>7.{digits}f}" for n in sorted(a.lengths))
+                             + f" {g[key]:>8.{digits}f}  ({note})")
     return results, "\n".join(lines)
 
 

@@ -75,6 +75,19 @@ class NiahTask:
         """The needle sentence, in RULER's plural wording."""
         return NEEDLE.format(type_needle_v=self.type_needle_v, key=key, value=value)
 
+    @property
+    def header(self) -> str:
+        """The singular template's text before the haystack."""
+        return SINGULAR_HEADER.format(type_needle_v=self.singular_type)
+
+    def question(self, key: str) -> str:
+        """The singular template's text after the haystack, then the answer prefix: what a prompt ends with."""
+        return SINGULAR_QUESTION.format(type_needle_v=self.singular_type, query=key) + self.answer_prefix(key)
+
+    def answer_prefix(self, key: str) -> str:
+        """What the model's answer continues (the prompt's last words)."""
+        return singular(ANSWER_PREFIX).format(type_needle_v=self.singular_type, query=key)
+
 
 TASKS = {
     "niah_single_1": NiahTask("noise", "numbers"),
@@ -114,6 +127,9 @@ class NiahSample:
 def singular(text: str) -> str:
     """RULER's rewrite of the template for one needle and one query."""
     return text.replace("Some", "A").replace("are all", "is").replace("are", "is").replace("answers", "answer")
+
+
+SINGULAR_HEADER, SINGULAR_QUESTION = singular(TEMPLATE).split("{context}")  # around the haystack
 
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|(?<=[.!?][\"')\]])\s+")
@@ -161,7 +177,10 @@ def needle_value(task: NiahTask, rng: random.Random) -> str:
     return str(uuid.UUID(int=rng.getrandbits(128), version=4))
 
 
-def largest_fitting(fits, start: int) -> int:
+UNITS_GUESS = 64  # haystack units a prompt's search tries first, before it knows a neighbour's answer
+
+
+def largest_fitting(fits, start: int = UNITS_GUESS) -> int:
     """The largest n >= 1 with fits(n), for fits monotone (true up to some n, false beyond); 0 if none.
 
     Gallops from `start` (the previous sample's answer) by doubling steps, then bisects.
@@ -214,23 +233,20 @@ def generate_samples(
     check.integer("tokens_to_generate", tokens_to_generate, minimum=0)
     spec = TASKS[task]
     words = essay_words(essay_dir) if spec.haystack == "essay" else []
-    type_v = spec.singular_type
     samples, start = [], {}
     cells = [(length, depth, i) for length in lengths for depth in depths for i in range(num_samples)]
     for length, depth, index in progress_bar(cells, desc=f"{task} samples", disable=not progress):
         rng = random.Random(f"{seed}:{task}:{length}:{depth}:{index}")
         key, value = rng.choice(KEYS), needle_value(spec, rng)
-        needle = spec.needle(key, value)
-        prefix = singular(ANSWER_PREFIX).format(type_needle_v=type_v, query=key)
+        needle, prefix = spec.needle(key, value), spec.answer_prefix(key)
 
         def prompt(n: int) -> str:
-            ctx = build_context(spec, words, n, depth, needle)
-            return singular(TEMPLATE).format(type_needle_v=type_v, context=ctx, query=key) + prefix
+            return spec.header + build_context(spec, words, n, depth, needle) + spec.question(key)
 
         def fits(n: int) -> bool:
             return len(tokenizer.encode(prompt(n))) + tokens_to_generate <= length
 
-        n = largest_fitting(fits, start.get(length, 64))
+        n = largest_fitting(fits, start.get(length, UNITS_GUESS))
         if n == 0:
             raise ValueError(
                 f"lengths: {length} tokens cannot hold the {task} template with a one-unit haystack and "

@@ -68,22 +68,18 @@ def _cell_documents(tokenizer, essays: str, task: str, length: int, depth: int, 
 
 
 def dense_document(tokenizer, haystack: str, task: str, length: int, index: int, needles: int, seed: int,
-                   start: int = 64) -> tuple[dict, int]:
+                   start: int = niah.UNITS_GUESS) -> tuple[dict, int]:
     """One document of `needles` needles in a haystack of `task`'s kind, then each key's question and answer (the
     module docstring), as many haystack units as fit in `length` tokens of `tokenizer` (a `TextTokenizer`), and
     that number of units: the search for it starts at `start` (the cell's previous document's, which is close)."""
     spec = niah.TASKS[task]
-    kind = spec.singular_type
     rng = random.Random(f"dense:{seed}:{task}:{length}:{index}")
     keys = rng.sample(niah.KEYS, needles)
     values = [niah.needle_value(spec, rng) for _ in keys]
     sentences = [spec.needle(k, v) for k, v in zip(keys, values)]
     depths = sorted(rng.random() for _ in keys)
     asked = rng.sample(range(needles), needles)
-    header, question = niah.singular(niah.TEMPLATE).split("{context}")
-    answers = "".join(question.format(type_needle_v=kind, query=keys[i])
-                      + niah.singular(niah.ANSWER_PREFIX).format(type_needle_v=kind, query=keys[i])
-                      + f" {values[i]}." for i in asked)
+    answers = "".join(f"{spec.question(keys[i])} {values[i]}." for i in asked)
     words = haystack.split(" ")
 
     def text(n: int) -> str:
@@ -91,7 +87,7 @@ def dense_document(tokenizer, haystack: str, task: str, length: int, index: int,
         slots = [int(len(units) * depth) for depth in depths]  # boundaries of the haystack alone, ascending
         for j, (slot, sentence) in enumerate(zip(slots, sentences)):
             units.insert(slot + j, sentence)
-        return header.format(type_needle_v=kind) + spec.separator.join(units) + answers
+        return spec.header + spec.separator.join(units) + answers
 
     n = niah.largest_fitting(lambda n: len(tokenizer.encode(text(n))) <= length, start)
     if n == 0:
@@ -104,7 +100,7 @@ DENSE_JOB = 50  # dense documents a job makes: a cell's documents split over the
 
 def _dense_documents(tokenizer, haystack: str, task: str, length: int, first: int, count: int, needles: int,
                      seed: int) -> list:
-    docs, units, text_tokenizer = [], 64, TextTokenizer(tokenizer)
+    docs, units, text_tokenizer = [], niah.UNITS_GUESS, TextTokenizer(tokenizer)
     for i in range(first, first + count):
         doc, units = dense_document(text_tokenizer, haystack, task, length, i, needles, seed, start=units)
         docs.append(doc)

@@ -8,6 +8,8 @@ import subprocess
 
 import pytest
 
+from train.runs import load_config
+
 SCRIPT = pathlib.Path(__file__).resolve().parents[2] / "study" / "lm" / "run.sh"
 
 FAKE_PYTHON = """#!/usr/bin/env bash
@@ -139,7 +141,6 @@ def test_a_retrieval_mix_has_a_folder_per_count_and_needles(tmp_path, needles, f
 
 def test_every_run_of_the_study_builds_its_model_config():
     """runs.yaml is read only on the lent GPU: a run whose overrides do not validate would cost a call there."""
-    from train.runs import load_config
     runs = load_config(str(SCRIPT.parent / "runs.yaml"))
     assert len({r.name for r in runs}) == len(runs) >= 8
     for run in runs:
