@@ -6,8 +6,9 @@ Each folder under the root is one run of `study/lm/run.sh` (RUN, or RUN-seedN fo
 `--set seed=N --set data.seed=N`; no suffix is runs.yaml's seed 0). The numbers come from the logs that every
 `ccq-eval` command writes (`ppl.log`, `extrapolation.log`, `niah.log`, `delta_mu.log`, and `*_ccq_off.log` for
 the CCQ-off evaluations) and from `metrics.jsonl`. A run without an S-NIAH log (its call stopped before
-S-NIAH finished) shows "not run" there, one without a Delta-mu log (a Transformer: Delta-mu reads
-linear-attention keys) "-"; every other log must be present. Prints four markdown tables: every run; each
+S-NIAH finished) shows "no table" there, one without an extrapolation log (a run given a shorter
+`EVALUATIONS` list) "not run", one without a Delta-mu log (a Transformer: Delta-mu reads linear-attention keys)
+"-"; the perplexity log must be present. Prints four markdown tables: every run; each
 model's mean and range over its seeds; each comparison of `PAIRS` (CCQ minus its backbone, fixed gate minus
 learned) per seed both runs have; and the training loss at `LOSS_STEPS` and over the last `LAST_STEPS` steps,
 per seed (runs of one seed and mix read the same batches: the positive controls' comparison).
@@ -34,10 +35,11 @@ SEED_SUFFIX = re.compile(r"^(?P<model>.+)-seed(?P<seed>\d+)$")
 
 @dataclasses.dataclass(frozen=True)
 class Evaluation:
-    """One model's evaluations with CCQ on (or off): held-out perplexity, perplexity at each length, S-NIAH
-    accuracy per task over all lengths and depths (percent; None: not run), mean Delta-mu (None: none)."""
+    """One model's evaluations with CCQ on (or off): held-out perplexity, perplexity at each length (None: not
+    run), S-NIAH accuracy per task over all lengths and depths (percent; None: not run), mean Delta-mu (None:
+    none)."""
     perplexity: float
-    by_length: dict
+    by_length: dict | None
     niah: dict | None
     delta_mu: float | None
 
@@ -65,14 +67,16 @@ def _search(pattern: str, path: pathlib.Path) -> re.Match:
 
 def read_evaluation(folder: pathlib.Path, tag: str = "") -> Evaluation:
     """The evaluations of one run from its logs; tag "_ccq_off" reads the CCQ-off ones."""
+    extrapolation_log = folder / f"extrapolation{tag}.log"
     by_length = dict((int(n), float(p)) for n, p in
-                     re.findall(r"^\s+(\d+)\s+([\d.]+)\s*$", (folder / f"extrapolation{tag}.log").read_text(), re.M))
+                     re.findall(r"^\s+(\d+)\s+([\d.]+)\s*$", extrapolation_log.read_text(), re.M)) \
+        if extrapolation_log.exists() else None
     niah_log = folder / f"niah{tag}.log"
     niah_text = niah_log.read_text() if niah_log.exists() else ""
     # None: no S-NIAH table, as S-NIAH did not run or its call's time limit cut it before the table
     niah = dict((task, float(acc))
                 for task, acc in re.findall(r"^(niah_\S+)\s.*\s([\d.]+)\s*$", niah_text, re.M)) or None
-    if sorted(by_length) != list(LENGTHS):
+    if by_length is not None and sorted(by_length) != list(LENGTHS):
         raise ValueError(f"{folder}: expected perplexity at {LENGTHS} in its extrapolation{tag}.log")
     delta_mu_log = folder / f"delta_mu{tag}.log"
     delta_mu = float(_search(r"mean Delta-mu over layers and heads: (\S+)", delta_mu_log)[1]) \
@@ -108,6 +112,10 @@ def _niah(e: Evaluation) -> str:
     return " / ".join(f"{v:.0f}" for _, v in sorted(e.niah.items())) + " %"  # the logs print percent
 
 
+def _by_length(e: Evaluation) -> str:
+    return "not run" if e.by_length is None else " / ".join(f"{e.by_length[n]:.2f}" for n in LENGTHS)
+
+
 def runs_table(runs) -> str:
     lines = ["| model | seed | train loss (last step) | held-out ppl | ppl, CCQ off | ppl at 2K / 4K / 8K / 16K "
              "| S-NIAH single_1/2/3 | mean Delta-mu (CCQ off) | tokens/s |",
@@ -116,8 +124,7 @@ def runs_table(runs) -> str:
         off = f"{r.off.perplexity:.3f}" if r.off else "-"
         mu = "-" if r.on.delta_mu is None else f"{r.on.delta_mu:.3f}" + (f" ({r.off.delta_mu:.3f})" if r.off else "")
         lines.append(f"| {r.model} | {r.seed} | {r.last_loss:.3f} | {r.on.perplexity:.3f} | {off} | "
-                     + " / ".join(f"{r.on.by_length[n]:.2f}" for n in LENGTHS)
-                     + f" | {_niah(r.on)} | {mu} | {r.tokens_per_s / 1e3:.0f}K |")
+                     + _by_length(r.on) + f" | {_niah(r.on)} | {mu} | {r.tokens_per_s / 1e3:.0f}K |")
     return "\n".join(lines)
 
 
@@ -130,11 +137,16 @@ def by_model(runs) -> dict:
 
 
 def seeds_table(runs) -> str:
-    """Each model's held-out and 16K perplexity: mean over seeds and, with more than one, the range."""
+    """Each model's held-out and 16K perplexity: mean over seeds and, with more than one, the range (at 16K over
+    the seeds whose extrapolation ran)."""
     lines = ["| model | seeds | held-out ppl: mean (min - max) | at 16K: mean (min - max) |", "|---|---|---|---|"]
     for model, seeds in by_model(runs).items():
         cells = []
-        for values in ([r.on.perplexity for r in seeds.values()], [r.on.by_length[16384] for r in seeds.values()]):
+        for values in ([r.on.perplexity for r in seeds.values()],
+                       [r.on.by_length[16384] for r in seeds.values() if r.on.by_length is not None]):
+            if not values:
+                cells.append("not run")
+                continue
             spread = f" ({min(values):.3f} - {max(values):.3f})" if len(values) > 1 else ""
             cells.append(f"{statistics.mean(values):.3f}{spread}")
         lines.append(f"| {model} | {', '.join(map(str, sorted(seeds)))} | {cells[0]} | {cells[1]} |")
@@ -142,21 +154,23 @@ def seeds_table(runs) -> str:
 
 
 def pair_differences(runs) -> list[tuple[str, str, int, float, float]]:
-    """(model, reference, seed, held-out ppl change %, 16K ppl change %) for each pair of PAIRS and seed both
-    models have."""
+    """(model, reference, seed, held-out ppl change %, 16K ppl change % or None where either extrapolation did
+    not run) for each pair of PAIRS and seed both models have."""
     models, out = by_model(runs), []
     for model, reference in PAIRS:
         for seed in sorted(set(models.get(model, {})) & set(models.get(reference, {}))):
             a, b = models[model][seed].on, models[reference][seed].on
-            out.append((model, reference, seed, 100 * (a.perplexity / b.perplexity - 1),
-                        100 * (a.by_length[16384] / b.by_length[16384] - 1)))
+            at_16k = None if a.by_length is None or b.by_length is None else \
+                100 * (a.by_length[16384] / b.by_length[16384] - 1)
+            out.append((model, reference, seed, 100 * (a.perplexity / b.perplexity - 1), at_16k))
     return out
 
 
 def pairs_table(runs) -> str:
     lines = ["| model - reference | seed | held-out ppl | at 16K |", "|---|---:|---:|---:|"]
     for model, reference, seed, held_out, at_16k in pair_differences(runs):
-        lines.append(f"| {model} - {reference} | {seed} | {held_out:+.2f} % | {at_16k:+.2f} % |")
+        lines.append(f"| {model} - {reference} | {seed} | {held_out:+.2f} % | "
+                     + ("not run" if at_16k is None else f"{at_16k:+.2f} %") + " |")
     return "\n".join(lines)
 
 

@@ -12,6 +12,10 @@ the most common first word with its share. Where the evaluation also wrote grade
 (`niah_single_*_graded.jsonl.gz`, `ccq-eval niah --graded`), a second table gives the graded score per length:
 the true value's teacher-forced rank among values of its length (`eval.niah.summarize_graded`; 0.5 chance),
 and for records with the needle-free control its score and the needle lift (`eval.niah.needle_lift`, nats).
+A third table gives the figure the graded pairs' predictions are read on (docs/results.md, G-1 and G-2): for
+each evaluation with graded records of all of `TASKS` at all of `HEADROOM_LENGTHS` (the lengths where the
+backbone has headroom), the graded score, its needle-free control and the needle lift, each the mean over those
+tasks and lengths.
 """
 
 from __future__ import annotations
@@ -72,6 +76,8 @@ def summarise(records: list[dict], run: str, evaluation: str) -> AnswerSummary:
 
 
 GRADED = "_graded.jsonl.gz"
+TASKS = ("niah_single_1", "niah_single_2", "niah_single_3")
+HEADROOM_LENGTHS = (4096, 8192)
 
 
 def _records(path: pathlib.Path) -> list[dict]:
@@ -119,6 +125,31 @@ def graded_table(graded: list[tuple[str, str, str, dict]]) -> str:
     return "\n".join(lines)
 
 
+def headroom_rows(graded: list[tuple[str, str, str, dict]]) -> list[tuple[str, str, float, float, float]]:
+    """(run, evaluation, graded score, control score, needle lift), each the mean over TASKS at HEADROOM_LENGTHS,
+    for every evaluation whose graded records cover them all with the needle-free control."""
+    by_evaluation: dict[tuple[str, str], dict[str, dict]] = {}
+    for run, evaluation, task, g in graded:
+        by_evaluation.setdefault((run, evaluation), {})[task] = g
+    rows = []
+    for (run, evaluation), tasks in by_evaluation.items():
+        cells = [tasks[t]["by_length"].get(n) for t in TASKS if t in tasks for n in HEADROOM_LENGTHS]
+        if len(cells) != len(TASKS) * len(HEADROOM_LENGTHS) or not all(c and "control_score" in c for c in cells):
+            continue
+        mean = lambda key: sum(c[key] for c in cells) / len(cells)
+        rows.append((run, evaluation, mean("graded_score"), mean("control_score"), mean("needle_lift")))
+    return rows
+
+
+def headroom_table(rows: list[tuple[str, str, float, float, float]]) -> str:
+    """Markdown, one row per evaluation of `headroom_rows`."""
+    where = f"{', '.join(t.removeprefix('niah_') for t in TASKS)} at {' and '.join(map(str, HEADROOM_LENGTHS))}"
+    lines = [f"| run | evaluation | graded, {where} | no needle | needle lift, nats |", "|---|---|---:|---:|---:|"]
+    lines += [f"| {run} | {evaluation} | {score:.3f} | {control:.3f} | {lift:.2f} |"
+              for run, evaluation, score, control, lift in rows]
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("root", type=pathlib.Path, help="the folder of run folders (results/lm)")
@@ -130,6 +161,9 @@ def main(argv=None) -> int:
     graded = read_graded(a.root)
     if graded:
         print("", graded_table(graded), sep="\n")
+    headroom = headroom_rows(graded)
+    if headroom:
+        print("", headroom_table(headroom), sep="\n")
     return 0
 
 

@@ -1,6 +1,7 @@
 """study/lm/compare.py: the numbers read from the study's logs equal the JSON the same evaluations wrote, the
 seed and pair tables compute what they say, and a log without its line is refused by name."""
 
+import dataclasses
 import json
 import pathlib
 
@@ -27,8 +28,11 @@ def test_logs_read_as_the_json_of_the_same_evaluation(folder, tag):
     got = read_evaluation(folder, tag)
     results = lambda name: json.loads((folder / f"{name}{tag}" / f"{name}.json").read_text())["results"]
     assert got.perplexity == pytest.approx(results("ppl")["perplexity"], abs=5e-5)
-    assert got.by_length == pytest.approx({int(n): p for n, p in results("extrapolation")["perplexity"].items()},
-                                          abs=5e-5)
+    if (folder / f"extrapolation{tag}" / "extrapolation.json").exists():
+        assert got.by_length == pytest.approx(
+            {int(n): p for n, p in results("extrapolation")["perplexity"].items()}, abs=5e-5)
+    else:  # a run given a shorter EVALUATIONS list
+        assert got.by_length is None and not (folder / f"extrapolation{tag}.log").exists()
     if (folder / f"niah{tag}" / "niah.json").exists():
         assert got.niah == pytest.approx({t: v["overall"] for t, v in results("niah").items()}, abs=5e-2)
     else:  # S-NIAH did not finish in its call: no JSON, and no log or one without the table
@@ -36,8 +40,9 @@ def test_logs_read_as_the_json_of_the_same_evaluation(folder, tag):
         assert got.niah is None and (not log.exists() or "niah_single_1 " not in log.read_text())
     if (folder / f"delta_mu{tag}" / "delta_mu.json").exists():
         assert got.delta_mu == pytest.approx(results("delta_mu")["mean_delta_mu"], abs=5e-5)
-    else:  # a Transformer: Delta-mu reads linear-attention keys
-        assert got.delta_mu is None and folder.name.startswith("transformer-")
+    else:  # a Transformer (Delta-mu reads linear-attention keys), or a run given a shorter EVALUATIONS list
+        assert got.delta_mu is None and not (folder / f"delta_mu{tag}.log").exists()
+        assert folder.name.startswith("transformer-") or got.by_length is None
 
 
 def test_every_committed_run_reads_and_seeds_come_from_the_folder_name():
@@ -81,6 +86,13 @@ def test_a_log_without_its_line_is_refused_by_name(tmp_path):
     (folder / "delta_mu.log").unlink()  # none run (a Transformer's): shown as "-"
     run = read_run(folder)
     assert run.on.delta_mu is None and "| - | 250K |" in runs_table([run])
+    (folder / "extrapolation.log").unlink()  # not in the run's EVALUATIONS: "not run", the rest still read
+    run = read_run(folder)
+    assert run.on.by_length is None and run.on.perplexity > 1
+    assert "| not run | no table |" in runs_table([run]) and "| not run |" in seeds_table([run])
+    reference = _run("gla-100m", 3, run.on.perplexity / 1.01, 10.0)
+    assert pair_differences([dataclasses.replace(run, model="ccq-gla-100m"), reference]) == [
+        ("ccq-gla-100m", "gla-100m", 3, pytest.approx(1.0), None)]
 
 
 def test_losses_table_reads_each_step_and_the_last_steps_mean():

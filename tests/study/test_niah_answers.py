@@ -7,7 +7,8 @@ import pathlib
 
 import pytest
 
-from study.lm.niah_answers import CHANCE, first_word, graded_table, main, read_graded, read_root, summarise, value_kind
+from study.lm.niah_answers import (CHANCE, HEADROOM_LENGTHS, TASKS, first_word, graded_table, headroom_rows,
+                                   headroom_table, main, read_graded, read_root, summarise, value_kind)
 
 RESULTS = pathlib.Path(__file__).resolve().parents[2] / "results" / "lm"
 
@@ -97,3 +98,28 @@ def test_graded_records_are_read_apart_and_summarised_per_length(tmp_path, capsy
     assert "| transformer-100m-retrieval30000 | niah | niah_single_1 | 0.750 | 0.000 | 0.500 | 33 % | 0.500 | 1.00 |" in (
         graded_table(read_graded(tmp_path)))
     assert main([str(tmp_path)]) == 0 and "graded at 2048" in capsys.readouterr().out
+
+
+def _graded_summary(score, control, lift, lengths=HEADROOM_LENGTHS):
+    cell = {"graded_score": score, "control_score": control, "needle_lift": lift}
+    return {"by_length": {1024: dict(cell, graded_score=1.0), **{n: cell for n in lengths}}}
+
+
+def test_the_headroom_score_is_the_mean_over_the_tasks_at_the_long_lengths():
+    graded = [("ccq-gdn-100m-graded-seed0", "niah", task, _graded_summary(0.6 + 0.1 * i, 0.5, float(i)))
+              for i, task in enumerate(TASKS)]  # 0.6, 0.7, 0.8 (1.0 at 1024, not counted)
+    [(run, evaluation, score, control, lift)] = headroom_rows(graded)
+    assert (run, evaluation) == ("ccq-gdn-100m-graded-seed0", "niah")
+    assert (score, control, lift) == (pytest.approx(0.7), pytest.approx(0.5), pytest.approx(1.0))
+    assert "| ccq-gdn-100m-graded-seed0 | niah | 0.700 | 0.500 | 1.00 |" in headroom_table(headroom_rows(graded))
+    # an evaluation without every task, or a task without a long length or the control, has no row
+    assert headroom_rows(graded[:2]) == []
+    assert headroom_rows(graded[:2] + [graded[2][:3] + (_graded_summary(0.8, 0.5, 1.0, (4096,)),)]) == []
+    no_control = {"by_length": {n: {"graded_score": 0.8} for n in HEADROOM_LENGTHS}}
+    assert headroom_rows(graded[:2] + [graded[2][:3] + (no_control,)]) == []
+
+
+def test_the_headroom_table_of_the_committed_graded_control():
+    rows = {(run, evaluation): score for run, evaluation, score, _, _ in headroom_rows(read_graded(RESULTS))}
+    # gdn-100m-seed0-rerun (docs/results.md): 0.933 0.917 0.728 0.606 0.806 0.739 at 4K and 8K
+    assert rows[("gdn-100m-seed0-rerun", "niah")] == pytest.approx(0.788, abs=5e-4)
