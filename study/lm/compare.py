@@ -153,7 +153,7 @@ def seeds_table(runs) -> str:
     return "\n".join(lines)
 
 
-def pair_differences(runs) -> list[tuple[str, str, int, float, float]]:
+def pair_differences(runs) -> list[tuple[str, str, int, float, float | None]]:
     """(model, reference, seed, held-out ppl change %, 16K ppl change % or None where either extrapolation did
     not run) for each pair of PAIRS and seed both models have."""
     models, out = by_model(runs), []

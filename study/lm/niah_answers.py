@@ -28,7 +28,7 @@ import json
 import pathlib
 import re
 
-from eval.niah import summarize_graded
+from eval.niah import TASKS as NIAH_TASKS, summarize_graded
 
 SHAPES = {"number": re.compile(r"\d+"), "uuid": re.compile(r"[0-9a-f]{8}-[0-9a-f-]*")}
 CHANCE = {"number": 1 / 9, "uuid": 1 / 16}
@@ -76,7 +76,7 @@ def summarise(records: list[dict], run: str, evaluation: str) -> AnswerSummary:
 
 
 GRADED = "_graded.jsonl.gz"
-TASKS = ("niah_single_1", "niah_single_2", "niah_single_3")
+TASKS = tuple(NIAH_TASKS)  # every S-NIAH task, as study/lm/run.sh runs them
 HEADROOM_LENGTHS = (4096, 8192)
 
 
