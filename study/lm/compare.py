@@ -7,8 +7,8 @@ Each folder under the root is one run of `study/lm/run.sh` (RUN, or RUN-seedN fo
 `ccq-eval` command writes (`ppl.log`, `extrapolation.log`, `niah.log`, `delta_mu.log`, and `*_ccq_off.log` for
 the CCQ-off evaluations) and from `metrics.jsonl`. A run without an S-NIAH log (its call stopped before
 S-NIAH finished) shows "no table" there, one without an extrapolation log (a run given a shorter
-`EVALUATIONS` list) "not run", one without a Delta-mu log (a Transformer: Delta-mu reads linear-attention keys)
-"-"; the perplexity log must be present. Prints four markdown tables: every run; each
+`EVALUATIONS` list) "not run", one without a Delta-mu log (a Transformer, as Delta-mu reads linear-attention keys, or a
+shorter `EVALUATIONS` list) "-"; the perplexity log must be present. Prints four markdown tables: every run; each
 model's mean and range over its seeds; each comparison of `PAIRS` (CCQ minus its backbone, fixed gate minus
 learned) per seed both runs have; and the training loss at `LOSS_STEPS` and over the last `LAST_STEPS` steps,
 per seed (runs of one seed and mix read the same batches: the positive controls' comparison).

@@ -4,6 +4,7 @@ hand-made records and read from gzipped evaluation folders, the committed ones i
 import gzip
 import json
 import pathlib
+import re
 
 import pytest
 
@@ -117,6 +118,12 @@ def test_the_headroom_score_is_the_mean_over_the_tasks_at_the_long_lengths():
     assert headroom_rows(graded[:2] + [graded[2][:3] + (_graded_summary(0.8, 0.5, 1.0, (4096,)),)]) == []
     no_control = {"by_length": {n: {"graded_score": 0.8} for n in HEADROOM_LENGTHS}}
     assert headroom_rows(graded[:2] + [graded[2][:3] + (no_control,)]) == []
+
+
+def test_the_study_runs_every_task_the_headroom_figure_needs():
+    run_sh = (pathlib.Path(__file__).resolve().parents[2] / "study" / "lm" / "run.sh").read_text()
+    [tasks] = re.findall(r"--tasks (\S+)", run_sh)
+    assert tuple(tasks.split(",")) == TASKS  # a task added to eval.niah without run.sh would drop every row
 
 
 def test_the_headroom_table_of_the_committed_graded_control():
