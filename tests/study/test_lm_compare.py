@@ -4,6 +4,7 @@ seed and pair tables compute what they say, and a log without its line is refuse
 import dataclasses
 import json
 import pathlib
+import re
 
 import pytest
 
@@ -48,7 +49,15 @@ def test_logs_read_as_the_json_of_the_same_evaluation(folder, tag):
 def test_every_committed_run_reads_and_seeds_come_from_the_folder_name():
     runs = read_runs(RESULTS)
     assert {(r.model, r.seed) for r in runs} >= {("gla-100m", 0), ("gla-100m", 1), ("ccq-gla-100m", 1)}
-    assert all((r.off is not None) == r.model.startswith("ccq-") for r in runs)
+    folders = [f for f in sorted(RESULTS.iterdir()) if (f / "metrics.jsonl").exists()]
+    for folder in folders:
+        run = read_run(folder)
+        assert (run.off is not None) == (folder / "ppl_ccq_off.log").exists(), folder.name
+        if run.off is not None:
+            assert run.model.startswith("ccq-"), folder.name
+        elif run.model.startswith("ccq-"):  # a CCQ run given an EVALUATIONS list without ppl_ccq_off says so
+            planned = re.search(r'EVALUATIONS="([^"]*)"', (folder / "timeline.txt").read_text())
+            assert planned and "ppl_ccq_off" not in planned[1].split(), folder.name
 
 
 def _run(model, seed, ppl, at_16k):
