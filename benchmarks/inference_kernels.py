@@ -21,7 +21,6 @@ the table), set beside the weights' bytes and, at `--hbm-tb-s`, the time those b
 import argparse
 import collections
 import dataclasses
-import pathlib
 import re
 
 import jax
@@ -29,10 +28,10 @@ import numpy as np
 from flax import nnx
 
 from benchmarks import records
+from benchmarks.tools.targets import TARGETS, target_device
 from ccq_jax.inference import SplitModel, decode_rows, decode_step, init_cache, prefill
 from ccq_jax.models import abstract_model, count_params, get_config
 
-TARGETS = {"h200": pathlib.Path(__file__).with_name("h200_target.txtpb")}
 NOT_LAUNCHED = ("parameter", "constant", "bitcast", "get-tuple-element", "tuple")
 _INSTRUCTION = re.compile(r"\s*(?:ROOT )?%(\S+) = (\(.*?\)|\S+) ([a-z][\w-]*)\(([^)]*)\)")
 _BYTES = {"pred": 1, "s8": 1, "u8": 1, "bf16": 2, "f16": 2, "s16": 2, "u16": 2, "f32": 4, "s32": 4, "u32": 4,
@@ -61,23 +60,6 @@ def entry_kernels(hlo_text: str) -> list[tuple[str, int]]:
             read = sum(shape_bytes(shapes.get(o, "")) for o in re.findall(r"%([\w.\-]+)", operands))
             kernels.append((opcode, shape_bytes(shape) + read))
     return kernels
-
-
-def target_device(target: str):
-    """The device to compile for: None for this machine's backend, else a deviceless GPU from `TARGETS`."""
-    if target == "local":
-        return None
-    if target not in TARGETS:
-        raise ValueError(f"target: expected 'local' or one of {sorted(TARGETS)}, got {target!r}")
-    from jax.experimental import topologies
-
-    try:
-        topology = topologies.get_topology_desc(platform="cuda", target_config=TARGETS[target].read_text(),
-                                                topology="1x1x1")
-    except (NotImplementedError, RuntimeError) as error:
-        raise ValueError(f"target: compiling for {target!r} needs JAX's CUDA plugin (pip install -e '.[gpu]') with "
-                         f"JAX_PLATFORMS=cpu; got {error}") from error
-    return topology.devices[0]
 
 
 def _placed(device):

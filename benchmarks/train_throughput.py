@@ -16,8 +16,9 @@ before) against `--peak-tflops` (dense bf16 of an H100/H200: 989). Results go to
 a table and, with --out, as JSON lines; a preset that fails (e.g. out of memory) gets a row with its error and
 the others still run. `--memory-only` compiles the step on the current backend and reports XLA's planned
 buffers instead (on a CPU these are the CPU compiler's totals, not a GPU's peak: gla-1.3b with `--attn-impl
-chunk --param-dtype bfloat16` planned 147.3 GiB of temporaries there, 145.5 GiB with `--loss-chunk-len 1024`;
-measure memory savings on the GPU).
+chunk --param-dtype bfloat16` planned 147.3 GiB of temporaries there); `--target h200` with it compiles for a
+deviceless H200 on a CPU (`benchmarks.tools.targets`: the gpu extra, JAX_PLATFORMS=cpu), the GPU compiler's own
+plan, nothing built or run (docs/benchmarks.md, "Training memory planned for a GPU without one").
 """
 
 import argparse
@@ -29,6 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from benchmarks.tools.compilation import CompileCounter
+from benchmarks.tools.targets import TARGETS, target_device
 from ccq_jax.models import count_params, get_config
 from ccq_jax.models.flops import mfu, train_flops_per_token
 from train.config import TrainConfig
@@ -38,19 +40,30 @@ from train.step import build_train_call, compile_steps, make_eval_step
 
 
 def measure(preset, batch_size, seqlen, steps, warmup, peak_tflops, attn_impl, param_dtype="float32", remat=False,
-            loss_chunk_len=0, memory_only=False, scan_layers=False, mesh_config=None, devices=None, trace_to=None):
+            loss_chunk_len=0, memory_only=False, scan_layers=False, mesh_config=None, devices=None, trace_to=None,
+            target="local"):
     """One preset's row. batch_size is the global batch; `mesh_config` (default: one data axis) over `devices`
     (default: the first device) splits it; memory is per device (the largest peak, XLA's per-device plan).
-    `trace_to`: a folder where two more steps, after the timed ones, are traced (`jax.profiler`, Perfetto)."""
+    `trace_to`: a folder where two more steps, after the timed ones, are traced (`jax.profiler`, Perfetto).
+    `target` (memory_only only): "local", or a deviceless GPU of `benchmarks.tools.targets` that the step is
+    compiled for, its kernels lowered for it and nothing built."""
+    if target != "local" and not memory_only:
+        raise ValueError(f"target: a deviceless {target!r} compiles without running; expected memory_only=True")
+    device = target_device(target)
     overrides = dict(dtype="bfloat16", param_dtype=param_dtype, remat_policy="block" if remat else "elementwise",
                      scan_layers=scan_layers)
     if attn_impl and not preset.startswith("transformer"):
         overrides["kernel.impl"] = attn_impl
     cfg = get_config(preset, **overrides)
-    mesh = make_mesh(mesh_config or MeshConfig(), devices if devices is not None else jax.devices()[:1])
+    if device is not None and cfg.kernel.runs_kernels:  # lowered for the target's GPU, not interpreted here
+        overrides["kernel.interpret"] = False
+        cfg = get_config(preset, **overrides)
+    mesh = make_mesh(mesh_config or MeshConfig(), [device] if device is not None else
+                     devices if devices is not None else jax.devices()[:1])
     run = TrainConfig(name=preset, model=preset, model_overrides=overrides, seed=0, steps=steps + warmup,
                       optim=OptimConfig(lr=1e-4, warmup_steps=0), loss_chunk_len=loss_chunk_len)
-    graphdef, others, state, step, _ = build_train_call(run, mesh, cfg)  # cfg: the preset's vocabulary kept
+    # cfg: the preset's vocabulary kept; abstract for a deviceless target (nothing to build the state on)
+    graphdef, others, state, step, _ = build_train_call(run, mesh, cfg, abstract=device is not None)
     train_step, _ = compile_steps(step, make_eval_step(graphdef, others, loss_chunk_len), state, mesh)
     rng = np.random.default_rng(0)
 
@@ -60,16 +73,22 @@ def measure(preset, batch_size, seqlen, steps, warmup, peak_tflops, attn_impl, p
                 "loss_mask": np.ones((batch_size, seqlen), np.int32)}
         return jax.device_put({k: jnp.asarray(v) for k, v in data.items()}, batch_sharding(mesh))
 
+    def abstract_batch():  # what the step is compiled for on a deviceless target
+        shapes = {"input_ids": jnp.int32, "targets": jnp.int32, "segment_ids": jnp.int32, "loss_mask": jnp.int32}
+        return {k: jax.ShapeDtypeStruct((batch_size, seqlen), dtype, sharding=batch_sharding(mesh))
+                for k, dtype in shapes.items()}
+
     settings = {"attn_impl": attn_impl or "default", "param_dtype": param_dtype, "remat": remat,
                 "loss_chunk_len": loss_chunk_len, "scan_layers": scan_layers, "devices": mesh.size,
                 "mesh": {k: v for k, v in mesh.shape.items() if v > 1}, "batch": batch_size}
     if memory_only:
         with CompileCounter() as compiles:
             begin = time.perf_counter()
-            planned = planned_memory(train_step, state, batch())
+            planned = planned_memory(train_step, state, batch() if device is None else abstract_batch())
         return {"preset": preset, "params_M": count_params(cfg) / 1e6, **planned,
                 "first_compile_s": time.perf_counter() - begin, "xla_compile_s": sum(compiles.seconds),
-                "backend": jax.default_backend(), **settings}
+                "backend": jax.default_backend() if device is None else device.platform,
+                "target": target, "device_kind": mesh.devices.flat[0].device_kind, **settings}
     batches = [batch() for _ in range(warmup + steps)]
     begin = time.perf_counter()
     ends = []  # seconds from the start to the end of each warm-up step: the first one traces and compiles
@@ -129,13 +148,18 @@ def main(argv=None):
     p.add_argument("--loss-chunk-len", type=int, default=0, help="LM head + loss this many positions at a time")
     p.add_argument("--memory-only", action="store_true",
                    help="compile the step and report XLA's buffer sizes (arguments, temporaries) without running it")
+    p.add_argument("--target", default="local", choices=["local", *sorted(TARGETS)],
+                   help="with --memory-only: compile for this GPU without one (deviceless; the gpu extra and "
+                        "JAX_PLATFORMS=cpu); default: this machine's backend")
     p.add_argument("--out", default=None)
     a = p.parse_args(argv)
+    if a.target != "local" and not a.memory_only:
+        p.error(f"--target {a.target}: a deviceless target compiles without running; expected --memory-only")
     rows = []
     for preset in a.presets:
         try:
             row = measure(preset, a.batch, a.seqlen, a.steps, a.warmup, a.peak_tflops, a.attn_impl, a.param_dtype,
-                          a.remat, a.loss_chunk_len, a.memory_only, a.scan_layers)
+                          a.remat, a.loss_chunk_len, a.memory_only, a.scan_layers, target=a.target)
         except Exception as err:  # report it and go on with the other presets
             row = {"preset": preset, "error": f"{type(err).__name__}: {str(err)[:300]}"}
         rows.append(row)

@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
-from benchmarks.inference_kernels import target_device  # noqa: E402
+from benchmarks.tools.targets import target_device  # noqa: E402
 
 OUT = pathlib.Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "h200"
 

@@ -22,7 +22,8 @@ import tempfile
 import jax
 from flax import nnx
 
-from benchmarks.inference_kernels import abstract_cache, compiled_text, target_device
+from benchmarks.inference_kernels import abstract_cache, compiled_text
+from benchmarks.tools.targets import target_device
 from ccq_jax.inference import decode, split_model
 from ccq_jax.inference.split import SplitModel
 from ccq_jax.models import CausalLM, get_config

@@ -7,7 +7,8 @@ import pytest
 from flax import nnx
 
 from benchmarks.inference_kernels import decode_step_kernels, entry_kernels, measure, prefill_kernels
-from benchmarks.inference_kernels import shape_bytes, table, target_device
+from benchmarks.inference_kernels import shape_bytes, table
+from benchmarks.tools.targets import target_device
 from ccq_jax.inference import SplitModel
 from ccq_jax.models import abstract_model, count_params, get_config
 

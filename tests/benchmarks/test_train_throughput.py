@@ -1,10 +1,11 @@
 """benchmarks/train_throughput.py: a compilation inside the timed steps is counted (its time is not a step's);
-the planned memory comes from the executable already compiled."""
+the planned memory comes from the executable already compiled, here or for a deviceless GPU."""
 
 import jax
 import jax.numpy as jnp
+import pytest
 
-from benchmarks.train_throughput import measure, planned_memory
+from benchmarks.train_throughput import main, measure, planned_memory
 from benchmarks.tools.compilation import CompileCounter
 
 
@@ -48,3 +49,28 @@ def test_the_plan_reuses_the_compiled_step_and_counts_donation():
     assert abs(plan["arguments_GiB"] - (0.25 + 1 / 256) * mib) < 1e-9
     assert plan["planned_GiB"] >= plan["arguments_GiB"] + plan["temporaries_GiB"]
     assert plan["planned_GiB"] < plan["arguments_GiB"] + 0.25 * mib + plan["temporaries_GiB"]  # the alias is saved
+
+
+def test_a_deviceless_gpu_plans_the_step_without_building_it():
+    kw = dict(batch_size=2, seqlen=128, steps=1, warmup=0, peak_tflops=0, attn_impl="pallas", memory_only=True)
+    try:
+        row = measure("gla-tiny", target="h200", **kw)
+    except ValueError as error:  # the gpu extra is not installed here (CI)
+        assert "needs JAX's CUDA plugin (pip install -e '.[gpu]')" in str(error)
+        return
+    assert (row["backend"], row["device_kind"], row["target"]) == ("gpu", "NVIDIA H200", "h200")
+    local = measure("gla-tiny", **kw)
+    # the same state and batch (parameters and AdamW moments: what the platform does not change), the GPU's own plan
+    assert row["arguments_GiB"] == pytest.approx(local["arguments_GiB"], rel=1e-6)
+    assert row["planned_GiB"] >= row["arguments_GiB"] + row["temporaries_GiB"] - 1e-9 and row["temporaries_GiB"] > 0
+
+
+def test_a_deviceless_target_only_plans(capsys):
+    with pytest.raises(ValueError, match=r"target: a deviceless 'h200' compiles without running; expected "
+                                         r"memory_only=True"):
+        measure("gla-tiny", batch_size=1, seqlen=16, steps=1, warmup=0, peak_tflops=0, attn_impl=None, target="h200")
+    with pytest.raises(SystemExit) as exit_:
+        main(["--presets", "gla-tiny", "--target", "h200"])
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1].endswith(
+        "error: --target h200: a deviceless target compiles without running; expected --memory-only")
