@@ -30,7 +30,7 @@ from ccq_jax.layers.params import inverse_softplus_dt, linear, log_uniform_a, pa
 from ccq_jax.layers.recurrent import RecurrentMixer
 from ccq_jax.layers.remat import maybe_recomputed
 from ccq_jax.layers.shapes import split_heads
-from ccq_jax.ops import l2_normalize
+from ccq_jax.ops import l2_inverse_norm, l2_normalize
 
 DT_MIN, DT_MAX, DT_FLOOR = 1e-3, 1e-1, 1e-4
 
@@ -110,8 +110,26 @@ def qk_heads(x, head_dim, groups, recompute):
     return jnp.repeat(maybe_recomputed(l2_normalized, recompute)(split_heads(x, head_dim)), groups, axis=2)
 
 
-@jax.checkpoint
+@jax.custom_vjp
 def l2_normalized(x):
-    """l2_normalize in fp32, returned in x's dtype; recomputed in the backward pass from x (autodiff would keep the
-    fp32 copy)."""
+    """l2_normalize in fp32, returned in x's dtype. Its backward pass keeps the output y (the array the delta rule
+    keeps too) and the fp32 inverse norm r ([..., 1]), not x: dx = r (dy - y <y, dy>), as y = r x. Autodiff would
+    keep x and y both (and the fp32 copies)."""
     return l2_normalize(x.astype(jnp.float32)).astype(x.dtype)
+
+
+def _l2_forward(x):
+    xf = x.astype(jnp.float32)
+    r = l2_inverse_norm(xf)
+    y = (xf * r).astype(x.dtype)
+    return y, (y, r)
+
+
+def _l2_backward(res, dy):
+    # behind a barrier: else XLA forms y again from x inside the backward's fusion and keeps x alive for it
+    y, r = jax.lax.optimization_barrier(res)
+    yf, dyf = y.astype(jnp.float32), dy.astype(jnp.float32)
+    return ((r * (dyf - yf * jnp.sum(yf * dyf, axis=-1, keepdims=True))).astype(dy.dtype),)
+
+
+l2_normalized.defvjp(_l2_forward, _l2_backward)

@@ -33,7 +33,7 @@ Range checks on values (g <= 0, beta, lam, counts) run on eager calls and are sk
 for the attention layers: `jax.nn.dot_product_attention` (impl None, "xla", "cudnn") or JAX's Pallas TPU splash
 attention (impl "splash"; `SDPA_IMPLS`).
 `doc_ids` turns segment ids into the monotone document index the forms use; `l2_normalize` is fla's
-key normalisation (the gated delta rule's `use_qk_l2norm`); `ccq_keys` the fp32 (normalised) keys the
+key normalisation (the gated delta rule's `use_qk_l2norm`), `l2_inverse_norm` its factor; `ccq_keys` the fp32 (normalised) keys the
 CCQ statistics are built from. Each op's package under `ccq_jax.ops._src` (private) holds its API, reference
 forms and kernel backends; `ccq_jax.ops.sharding` runs the ops over a mesh, and `ccq_jax.ops.internals` names the
 few internals the rest of the repository uses.
@@ -52,7 +52,7 @@ from ._src.generalized_delta_rule.api import generalized_delta_rule
 from ._src.generalized_delta_rule.family import gated_delta_rule_2, kda, qed
 from ._src.gla.api import gla
 from ._src.xla.checking import checked
-from ._src.xla.numerics import ccq_keys, doc_ids, l2_normalize
+from ._src.xla.numerics import ccq_keys, doc_ids, l2_inverse_norm, l2_normalize
 from ._src.xla.types import READS, CCQStats, ReadPolicy
 from .sharding import OpsAxes
 
@@ -60,4 +60,4 @@ __all__ = ["CCQStats", "IMPLS", "KERNELS", "KernelConfig", "OpsAxes", "READS", "
            "SDPA_IMPLS", "attention", "ccq_gated_delta_rule", "ccq_gated_delta_rule_2", "ccq_generalized_delta_rule",
            "ccq_gla", "ccq_kda",
            "ccq_keys", "ccq_qed", "ccq_query", "checked", "covariance_apply", "doc_ids", "gated_delta_rule",
-           "gated_delta_rule_2", "generalized_delta_rule", "gla", "kda", "l2_normalize", "qed"]
+           "gated_delta_rule_2", "generalized_delta_rule", "gla", "kda", "l2_inverse_norm", "l2_normalize", "qed"]

@@ -1,15 +1,18 @@
 """The norms, the short convolution and the SwiGLU product are recomputed in the backward pass: what autodiff keeps of them is their
-inputs, in their own dtype, never a float32 copy or an intermediate (the memory of a 1.3B step depends on it)."""
+inputs, in their own dtype, never a float32 copy or an intermediate (the memory of a 1.3B step depends on it); the l2
+normalisation keeps its output (which the delta rule keeps too) and its inverse norm instead of its input."""
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from jax._src.ad_checkpoint import saved_residuals
 
 from ccq_jax.layers.conv import causal_conv_silu
 from ccq_jax.layers.gated_deltanet import l2_normalized
 from ccq_jax.layers.mlp import swiglu_down
 from ccq_jax.layers.norm import gated_rms_norm, rms_norm
+from ccq_jax.ops import l2_normalize
 
 B, T, D = 2, 8, 64
 
@@ -51,9 +54,32 @@ def test_short_convolution_keeps_its_input_and_kernel():
                            ((B, width - 1 + T), "int32")])
 
 
-def test_l2_normalisation_keeps_its_input():
+def test_l2_normalisation_keeps_its_output_and_the_inverse_norm():
+    """The output is the array the delta rule keeps anyway; the fp32 inverse norm is one number a row."""
     x = _x(B, T, 2, D)
-    assert _kept(l2_normalized, x) == [((B, T, 2, D), "bfloat16")]
+    assert _kept(l2_normalized, x) == [((B, T, 2, 1), "float32"), ((B, T, 2, D), "bfloat16")]
+
+
+def test_l2_normalisation_gradient_equals_the_float64_autodiff():
+    """l2_normalized's own backward (from its output and inverse norm) on fp32 inputs against autodiff of
+    `ops.l2_normalize` in float64, on fresh random rows of many scales (one of them zero, where eps keeps the norm
+    finite) and a random cotangent."""
+    rng = np.random.default_rng(7)
+    x64 = rng.standard_normal((B, T, 3, D)) * rng.uniform(0.01, 10, (B, T, 3, 1))
+    x64[0, 0, 0] = 0.0
+    dy64 = rng.standard_normal(x64.shape)
+    y, vjp = jax.vjp(l2_normalized, jnp.asarray(x64, jnp.float32))
+    (got,) = vjp(jnp.asarray(dy64, jnp.float32))
+    with jax.enable_x64(True):
+        want_y, want_vjp = jax.vjp(l2_normalize, jnp.asarray(x64))
+        (want,) = want_vjp(jnp.asarray(dy64))
+        want_y, want = np.asarray(want_y), np.asarray(want)
+    assert y.dtype == got.dtype == jnp.float32
+    np.testing.assert_allclose(y, want_y, rtol=2e-6, atol=2e-7)
+    # per row: the gradient scales as 1 / |x|, so each row is held to its own largest entry
+    row_scale = np.max(np.abs(want), axis=-1, keepdims=True)
+    assert np.all(np.abs(np.asarray(got, np.float64) - want) <= 4e-6 * row_scale + 1e-30)
+    assert np.all(np.isfinite(np.asarray(got)))
 
 
 def test_recomputation_changes_no_value_or_gradient():

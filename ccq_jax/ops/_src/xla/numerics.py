@@ -30,9 +30,14 @@ def accum_dtype(*xs: jax.Array) -> jnp.dtype:
     return jnp.result_type(jnp.float32, *[x.dtype for x in xs])
 
 
+def l2_inverse_norm(k: jax.Array) -> jax.Array:
+    """1 / sqrt(||k||^2 + eps) along the last axis, kept as [..., 1], in k's dtype: `l2_normalize`'s factor."""
+    return jax.lax.rsqrt(jnp.sum(k * k, axis=-1, keepdims=True) + L2_NORM_EPS)
+
+
 def l2_normalize(k: jax.Array) -> jax.Array:
     """k / sqrt(||k||^2 + eps) along the last axis, in k's dtype (fla's l2norm convention)."""
-    return k * jax.lax.rsqrt(jnp.sum(k * k, axis=-1, keepdims=True) + L2_NORM_EPS)
+    return k * l2_inverse_norm(k)
 
 
 def ccq_keys(k: jax.Array, normalize_keys: bool) -> jax.Array:
