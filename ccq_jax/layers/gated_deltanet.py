@@ -30,7 +30,7 @@ from ccq_jax.layers.params import inverse_softplus_dt, linear, log_uniform_a, pa
 from ccq_jax.layers.recurrent import RecurrentMixer
 from ccq_jax.layers.remat import maybe_recomputed
 from ccq_jax.layers.shapes import split_heads
-from ccq_jax.ops import l2_inverse_norm, l2_normalize
+from ccq_jax.ops import l2_inverse_norm
 
 DT_MIN, DT_MAX, DT_FLOOR = 1e-3, 1e-1, 1e-4
 
@@ -115,10 +115,11 @@ def l2_normalized(x):
     """l2_normalize in fp32, returned in x's dtype. Its backward pass keeps the output y (the array the delta rule
     keeps too) and the fp32 inverse norm r ([..., 1]), not x: dx = r (dy - y <y, dy>), as y = r x. Autodiff would
     keep x and y both (and the fp32 copies)."""
-    return l2_normalize(x.astype(jnp.float32)).astype(x.dtype)
+    return _l2_forward(x)[0]
 
 
 def _l2_forward(x):
+    """(y, the residuals (y, r)): y = x r in fp32, r = `ops.l2_inverse_norm(x)`, y returned in x's dtype."""
     xf = x.astype(jnp.float32)
     r = l2_inverse_norm(xf)
     y = (xf * r).astype(x.dtype)
