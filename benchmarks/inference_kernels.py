@@ -20,7 +20,6 @@ the table), set beside the weights' bytes and, at `--hbm-tb-s`, the time those b
 
 import argparse
 import collections
-import dataclasses
 import re
 
 import jax
@@ -28,7 +27,7 @@ import numpy as np
 from flax import nnx
 
 from benchmarks import records
-from benchmarks.tools.targets import TARGETS, target_device
+from benchmarks.tools.targets import TARGETS, compiled_for, target_device
 from ccq_jax.inference import SplitModel, decode_rows, decode_step, init_cache, prefill
 from ccq_jax.models import abstract_model, count_params, get_config
 
@@ -123,9 +122,7 @@ def measure(preset: str, dtype: str, prefills, batches, target: str, attn_impl: 
 
     def served_with(**impls):
         """The abstract model with `impls`; its kernels lowered for the target (interpret=False), not run here."""
-        config = get_config(preset, dtype=dtype, param_dtype=dtype, **linear, **impls)
-        if device is not None and config.kernel.runs_kernels:
-            config = dataclasses.replace(config, kernel=dataclasses.replace(config.kernel, interpret=False))
+        config = compiled_for(get_config(preset, dtype=dtype, param_dtype=dtype, **linear, **impls), device)
         return config, SplitModel(*nnx.split(abstract_model(config)))
 
     config, served = served_with()

@@ -30,7 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from benchmarks.tools.compilation import CompileCounter
-from benchmarks.tools.targets import TARGETS, target_device
+from benchmarks.tools.targets import TARGETS, compiled_for, target_device
 from ccq_jax.models import count_params, get_config
 from ccq_jax.models.flops import mfu, train_flops_per_token
 from train.config import TrainConfig
@@ -54,10 +54,7 @@ def measure(preset, batch_size, seqlen, steps, warmup, peak_tflops, attn_impl, p
                      scan_layers=scan_layers)
     if attn_impl and not preset.startswith("transformer"):
         overrides["kernel.impl"] = attn_impl
-    cfg = get_config(preset, **overrides)
-    if device is not None and cfg.kernel.runs_kernels:  # lowered for the target's GPU, not interpreted here
-        overrides["kernel.interpret"] = False
-        cfg = get_config(preset, **overrides)
+    cfg = compiled_for(get_config(preset, **overrides), device)
     mesh = make_mesh(mesh_config or MeshConfig(), [device] if device is not None else
                      devices if devices is not None else jax.devices()[:1])
     run = TrainConfig(name=preset, model=preset, model_overrides=overrides, seed=0, steps=steps + warmup,
@@ -67,16 +64,16 @@ def measure(preset, batch_size, seqlen, steps, warmup, peak_tflops, attn_impl, p
     train_step, _ = compile_steps(step, make_eval_step(graphdef, others, loss_chunk_len), state, mesh)
     rng = np.random.default_rng(0)
 
-    def batch():  # fresh for every step: a repeated batch is memorised within a few steps
+    def host_batch():  # fresh for every step: a repeated batch is memorised within a few steps
         ids = rng.integers(0, cfg.vocab_size, (batch_size, seqlen + 1), dtype=np.int32)
-        data = {"input_ids": ids[:, :-1], "targets": ids[:, 1:], "segment_ids": np.ones((batch_size, seqlen), np.int32),
+        return {"input_ids": ids[:, :-1], "targets": ids[:, 1:], "segment_ids": np.ones((batch_size, seqlen), np.int32),
                 "loss_mask": np.ones((batch_size, seqlen), np.int32)}
-        return jax.device_put({k: jnp.asarray(v) for k, v in data.items()}, batch_sharding(mesh))
 
-    def abstract_batch():  # what the step is compiled for on a deviceless target
-        shapes = {"input_ids": jnp.int32, "targets": jnp.int32, "segment_ids": jnp.int32, "loss_mask": jnp.int32}
-        return {k: jax.ShapeDtypeStruct((batch_size, seqlen), dtype, sharding=batch_sharding(mesh))
-                for k, dtype in shapes.items()}
+    def batch():
+        if device is not None:  # a deviceless target: the batch's shapes and shardings only
+            return {k: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=batch_sharding(mesh))
+                    for k, v in host_batch().items()}
+        return jax.device_put({k: jnp.asarray(v) for k, v in host_batch().items()}, batch_sharding(mesh))
 
     settings = {"attn_impl": attn_impl or "default", "param_dtype": param_dtype, "remat": remat,
                 "loss_chunk_len": loss_chunk_len, "scan_layers": scan_layers, "devices": mesh.size,
@@ -84,7 +81,7 @@ def measure(preset, batch_size, seqlen, steps, warmup, peak_tflops, attn_impl, p
     if memory_only:
         with CompileCounter() as compiles:
             begin = time.perf_counter()
-            planned = planned_memory(train_step, state, batch() if device is None else abstract_batch())
+            planned = planned_memory(train_step, state, batch())
         return {"preset": preset, "params_M": count_params(cfg) / 1e6, **planned,
                 "first_compile_s": time.perf_counter() - begin, "xla_compile_s": sum(compiles.seconds),
                 "backend": jax.default_backend() if device is None else device.platform,

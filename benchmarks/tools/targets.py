@@ -3,6 +3,7 @@ target config (`benchmarks/h200_target.txtpb`), so that a program compiles for i
 extra, `pip install -e '.[gpu]'`, with JAX_PLATFORMS=cpu). What is fused, which kernels launch and XLA's buffer
 plan are decided without the device; GEMM tiles are not autotuned."""
 
+import dataclasses
 import pathlib
 
 TARGETS = {"h200": pathlib.Path(__file__).resolve().parents[1] / "h200_target.txtpb"}
@@ -23,3 +24,11 @@ def target_device(target: str):
         raise ValueError(f"target: compiling for {target!r} needs JAX's CUDA plugin (pip install -e '.[gpu]') with "
                          f"JAX_PLATFORMS=cpu; got {error}") from error
     return topology.devices[0]
+
+
+def compiled_for(config, device):
+    """A model config whose kernels are lowered for `device` (a deviceless target: interpret=False), not run here;
+    unchanged for this machine's backend (device None) or a config that runs no kernels."""
+    if device is None or not config.kernel.runs_kernels:
+        return config
+    return dataclasses.replace(config, kernel=dataclasses.replace(config.kernel, interpret=False))

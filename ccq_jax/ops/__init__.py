@@ -33,8 +33,8 @@ Range checks on values (g <= 0, beta, lam, counts) run on eager calls and are sk
 for the attention layers: `jax.nn.dot_product_attention` (impl None, "xla", "cudnn") or JAX's Pallas TPU splash
 attention (impl "splash"; `SDPA_IMPLS`).
 `doc_ids` turns segment ids into the monotone document index the forms use; `l2_normalize` is fla's
-key normalisation (the gated delta rule's `use_qk_l2norm`), `l2_inverse_norm` its factor; `ccq_keys` the fp32 (normalised) keys the
-CCQ statistics are built from. Each op's package under `ccq_jax.ops._src` (private) holds its API, reference
+key normalisation (the gated delta rule's `use_qk_l2norm`), `l2_inverse_norm` its factor; `ccq_keys` the fp32
+(normalised) keys the CCQ statistics are built from. Each op's package under `ccq_jax.ops._src` (private) holds its API, reference
 forms and kernel backends; `ccq_jax.ops.sharding` runs the ops over a mesh, and `ccq_jax.ops.internals` names the
 few internals the rest of the repository uses.
 """
