@@ -3,13 +3,13 @@
     PYTHONPATH=. python benchmarks/train_throughput.py --presets gla-1.3b ccq-gla-1.3b --batch 4 --seqlen 4096
 
 Each preset is built with bf16 compute on `--param-dtype` parameters (fp32: the usual mixed precision;
-bfloat16: what fla's anchor does, `model.to(torch.bfloat16)` under AdamW), optionally with every block
-rematerialised (`--remat`) and the blocks as one scan (`--scan-layers`), initialised in place on a one-device
-mesh, and trained with the project's own train step (`train.step`: AdamW, clipping, the masked LM loss) on a
-fresh batch of random tokens per step. After `--warmup` compiled steps, `--steps` steps are timed end to end
-(device synchronised); a compilation inside them is counted and warned about (its time is not a step's); the
-first warm-up step's time (`first_step_s`: trace, compile, run) and the XLA compilations in the warm-up
-(`xla_compile_s`) show what `--scan-layers` saves. Memory: the allocator's peak (`peak_GiB`, which includes
+bfloat16: what fla's anchor does, `model.to(torch.bfloat16)` under AdamW), under `--remat-policy`
+(`ModelConfig.remat_policy`; "dots" keeps only the matmuls' outputs and the kernels' residuals), optionally with
+the blocks as one scan (`--scan-layers`), initialised in place on a one-device mesh, and trained with the
+project's own train step (`train.step`: AdamW, clipping, the masked LM loss) on a fresh batch of random tokens
+per step. After `--warmup` compiled steps, `--steps` steps are timed end to end (device synchronised); a
+compilation inside them is counted and warned about (its time is not a step's); the first warm-up step's time
+(`first_step_s`: trace, compile, run) and the XLA compilations in the warm-up (`xla_compile_s`) show what `--scan-layers` saves. Memory: the allocator's peak (`peak_GiB`, which includes
 what XLA's autotuning allocated while compiling) and XLA's plan of the compiled step (`planned_GiB`). MFU
 counts `ccq_jax.models.flops`' FLOPs per token (the weights' products and the mixers' own work; `mfu_6n`: 6 N as
 before) against `--peak-tflops` (dense bf16 of an H100/H200: 989). Results go to stdout as
@@ -39,9 +39,9 @@ from train.sharding import MeshConfig, batch_sharding, make_mesh
 from train.step import build_train_call, compile_steps, make_eval_step
 
 
-def measure(preset, batch_size, seqlen, steps, warmup, peak_tflops, attn_impl, param_dtype="float32", remat=False,
-            loss_chunk_len=0, memory_only=False, scan_layers=False, mesh_config=None, devices=None, trace_to=None,
-            target="local"):
+def measure(preset, batch_size, seqlen, steps, warmup, peak_tflops, attn_impl, param_dtype="float32",
+            remat_policy="elementwise", loss_chunk_len=0, memory_only=False, scan_layers=False, mesh_config=None,
+            devices=None, trace_to=None, target="local"):
     """One preset's row. batch_size is the global batch; `mesh_config` (default: one data axis) over `devices`
     (default: the first device) splits it; memory is per device (the largest peak, XLA's per-device plan).
     `trace_to`: a folder where two more steps, after the timed ones, are traced (`jax.profiler`, Perfetto).
@@ -50,7 +50,7 @@ def measure(preset, batch_size, seqlen, steps, warmup, peak_tflops, attn_impl, p
     if target != "local" and not memory_only:
         raise ValueError(f"target: a deviceless {target!r} compiles without running; expected memory_only=True")
     device = target_device(target)
-    overrides = dict(dtype="bfloat16", param_dtype=param_dtype, remat_policy="block" if remat else "elementwise",
+    overrides = dict(dtype="bfloat16", param_dtype=param_dtype, remat_policy=remat_policy,
                      scan_layers=scan_layers)
     if attn_impl and not preset.startswith("transformer"):
         overrides["kernel.impl"] = attn_impl
@@ -75,7 +75,7 @@ def measure(preset, batch_size, seqlen, steps, warmup, peak_tflops, attn_impl, p
                     for k, v in host_batch().items()}
         return jax.device_put({k: jnp.asarray(v) for k, v in host_batch().items()}, batch_sharding(mesh))
 
-    settings = {"attn_impl": attn_impl or "default", "param_dtype": param_dtype, "remat": remat,
+    settings = {"attn_impl": attn_impl or "default", "param_dtype": param_dtype, "remat_policy": remat_policy,
                 "loss_chunk_len": loss_chunk_len, "scan_layers": scan_layers, "devices": mesh.size,
                 "mesh": {k: v for k, v in mesh.shape.items() if v > 1}, "batch": batch_size}
     if memory_only:
@@ -140,7 +140,8 @@ def main(argv=None):
     p.add_argument("--peak-tflops", type=float, default=989.0)
     p.add_argument("--attn-impl", default=None, help="ops impl for the linear models (default: the preset's)")
     p.add_argument("--param-dtype", default="float32", choices=["float32", "bfloat16"])
-    p.add_argument("--remat", action="store_true", help="recompute each block in the backward pass")
+    p.add_argument("--remat-policy", default="elementwise", choices=["none", "elementwise", "dots", "block"],
+                   help="what the backward pass recomputes (ModelConfig.remat_policy)")
     p.add_argument("--scan-layers", action="store_true", help="the blocks as one lax.scan (ModelConfig.scan_layers)")
     p.add_argument("--loss-chunk-len", type=int, default=0, help="LM head + loss this many positions at a time")
     p.add_argument("--memory-only", action="store_true",
@@ -156,7 +157,7 @@ def main(argv=None):
     for preset in a.presets:
         try:
             row = measure(preset, a.batch, a.seqlen, a.steps, a.warmup, a.peak_tflops, a.attn_impl, a.param_dtype,
-                          a.remat, a.loss_chunk_len, a.memory_only, a.scan_layers, target=a.target)
+                          a.remat_policy, a.loss_chunk_len, a.memory_only, a.scan_layers, target=a.target)
         except Exception as err:  # report it and go on with the other presets
             row = {"preset": preset, "error": f"{type(err).__name__}: {str(err)[:300]}"}
         rows.append(row)

@@ -20,6 +20,7 @@ from ccq_jax.layers.cache import RecurrentCache
 from ccq_jax.layers.ccq import CCQGate
 from ccq_jax.layers.conv import ShortConvolution
 from ccq_jax.layers.kernel_policy import KernelPolicy
+from ccq_jax.layers.remat import kept_output
 from ccq_jax.layers.shapes import split_heads
 from ccq_jax.ops import CCQStats
 
@@ -98,7 +99,7 @@ class RecurrentMixer(nnx.Module):
                   initial_state=None if cache is None else cache.state, **self.kernel_policy.read_options(q.shape[1]))
         if not self._ccq_on:
             o, state = reads[0](q, k, *args, **kw)
-            return o, state, None
+            return kept_output(o), state, None
         cfg = self.ccq_config
         lam = self.ccq(q)
         if capturing:
@@ -106,7 +107,7 @@ class RecurrentMixer(nnx.Module):
         o, (state, stats) = reads[1](
             q, k, *args, lam, read=cfg.policy, centered=cfg.centered, normalize_keys=cfg.normalize_keys,
             initial_stats=None if cache is None else cache.stats, output_final_stats=cache is not None, **kw)
-        return o, state, stats
+        return kept_output(o), state, stats
 
     @staticmethod
     def _new_cache(cache, state, stats, conv):

@@ -21,6 +21,7 @@ from ccq_jax.layers import (
     Attention, GatedDeltaNet, GatedDeltaNet2, GatedLinearAttention, GatedMLP, KimiDeltaAttention, Mamba2, RMSNorm,
 )
 from ccq_jax.layers.params import linear, normal, sharded
+from ccq_jax.layers.remat import block_policy
 from ccq_jax.ops.internals import head_logits, in_range
 from ccq_jax.models.config import (
     ChannelDecayConfig, GatedDeltaNetConfig, GLAConfig, KDAConfig, Mamba2Config, ModelConfig, TransformerConfig,
@@ -87,24 +88,33 @@ class Block(nnx.Module):
         return (x + self.mlp(self.mlp_norm(x)) if self.has_mlp else x), cache
 
 
-@nnx.remat
-def _rematerialised_block(block, x, segment_ids):
-    """A block whose activations are recomputed in the backward pass instead of stored (remat_policy "block")."""
-    return block(x, segment_ids, None)
+def _policy(remat_policy: str, block: Block):
+    """The `jax.checkpoint` policy `block` runs under without a cache, or None (`ccq_jax.layers.remat`)."""
+    return block_policy(remat_policy, isinstance(block.attn, Attention))
 
 
-def _scanned_blocks(blocks, period: int, x, segment_ids, remat: bool):
+def _block(block, x, segment_ids, remat_policy: str):
+    """(x through `block`, None) without a cache, under the block's remat policy."""
+    policy = _policy(remat_policy, block)
+    if policy is None:
+        return block(x, segment_ids, None)
+    return nnx.remat(lambda block, x, segment_ids: block(x, segment_ids, None), policy=policy)(block, x, segment_ids)
+
+
+def _scanned_blocks(blocks, period: int, x, segment_ids, remat_policy: str):
     """x through `blocks` as one `lax.scan` over groups of `period` consecutive blocks (blocks i and i + period
     identical in structure), their variables stacked for the call (a copy of the parameters per forward; their
-    gradients come back per layer); with `remat`, each block's activations are recomputed in the backward pass."""
+    gradients come back per layer), each block under its remat policy."""
 
-    def step(graphdef):
+    def step(block):
+        graphdef, policy = nnx.graphdef(block), _policy(remat_policy, block)
+
         def apply(x, state):
             return nnx.merge(graphdef, state)(x, segment_ids, None)[0]
 
-        return jax.checkpoint(apply) if remat else apply
+        return apply if policy is None else jax.checkpoint(apply, policy=policy)
 
-    steps = [step(nnx.graphdef(block)) for block in blocks[:period]]
+    steps = [step(block) for block in blocks[:period]]
     stacked = [jax.tree.map(lambda *layers: jnp.stack(layers), *(nnx.state(block) for block in blocks[j::period]))
                for j in range(period)]
 
@@ -199,24 +209,24 @@ class CausalLM(nnx.Module):
         if cache is not None and len(cache) != len(self.layers):
             raise ValueError(f"cache: expected one entry per layer ({len(self.layers)}), got {len(cache)}")
         x = self.embeddings(input_ids)
-        remat = self.config.remat_policy == "block" and cache is None
-        if self.config.scan_layers and cache is None:
+        remat_policy = self.config.remat_policy
+        if cache is not None:
+            new_cache = []
+            for layer, layer_cache in zip(self.layers, cache):
+                x, layer_cache = layer(x, segment_ids, layer_cache)
+                new_cache.append(layer_cache)
+            return self.norm(x), tuple(new_cache)
+        if self.config.scan_layers:
             for start, stop, period in scan_plan(layer_mixers(self.config)):
                 blocks = [self.layers[i] for i in range(start, stop)]
                 if len(blocks) == 1:
-                    x = (_rematerialised_block(blocks[0], x, segment_ids) if remat else blocks[0](x, segment_ids,
-                                                                                                None))[0]
+                    x = _block(blocks[0], x, segment_ids, remat_policy)[0]
                 else:
-                    x = _scanned_blocks(blocks, period, x, segment_ids, remat)
+                    x = _scanned_blocks(blocks, period, x, segment_ids, remat_policy)
             return self.norm(x), None
-        new_cache = []
-        for i, layer in enumerate(self.layers):
-            if remat:
-                x, layer_cache = _rematerialised_block(layer, x, segment_ids)
-            else:
-                x, layer_cache = layer(x, segment_ids, None if cache is None else cache[i])
-            new_cache.append(layer_cache)
-        return self.norm(x), (None if cache is None else tuple(new_cache))
+        for layer in self.layers:
+            x = _block(layer, x, segment_ids, remat_policy)[0]
+        return self.norm(x), None
 
     def head(self) -> jax.Array:
         """The LM head as a [D, vocab] matrix (the embedding table, transposed, with tied embeddings)."""

@@ -38,9 +38,10 @@ class ModelConfig:
     tie_word_embeddings: bool = False
     dtype: DType = "float32"
     param_dtype: DType = "float32"
-    # what the backward pass recomputes instead of storing: "elementwise" the norms, gates, short convolutions
-    # and the SwiGLU product (ccq_jax.layers.remat); "block" every block whole; "none" nothing
-    remat_policy: Literal["none", "elementwise", "block"] = "elementwise"
+    # what the backward pass recomputes instead of storing (ccq_jax.layers.remat): "elementwise" the norms, gates,
+    # short convolutions and the SwiGLU product; "dots" all but the matmuls' outputs and the kernels' residuals in
+    # each linear-attention block; "block" every block whole; "none" nothing
+    remat_policy: Literal["none", "elementwise", "dots", "block"] = "elementwise"
     # run the blocks of a forward without a cache as one `lax.scan` over the layers' stacked parameters (one block
     # traced and compiled, not num_hidden_layers); the parameters keep their per-layer layout (`layers.{i}`). A
     # hybrid scans groups of its pattern's period (attention every 4th layer: 4 blocks traced), layers outside the

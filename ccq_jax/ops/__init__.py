@@ -34,7 +34,9 @@ for the attention layers: `jax.nn.dot_product_attention` (impl None, "xla", "cud
 attention (impl "splash"; `SDPA_IMPLS`).
 `doc_ids` turns segment ids into the monotone document index the forms use; `l2_normalize` is fla's
 key normalisation (the gated delta rule's `use_qk_l2norm`), `l2_inverse_norm` its factor; `ccq_keys` the fp32
-(normalised) keys the CCQ statistics are built from. Each op's package under `ccq_jax.ops._src` (private) holds its API, reference
+(normalised) keys the CCQ statistics are built from. `KEPT` is the `jax.ad_checkpoint.checkpoint_name` of what the
+kernels keep for their backward pass beyond their inputs: a remat policy that saves it never runs a forward kernel
+again (`ccq_jax.layers.remat`). Each op's package under `ccq_jax.ops._src` (private) holds its API, reference
 forms and kernel backends; `ccq_jax.ops.sharding` runs the ops over a mesh, and `ccq_jax.ops.internals` names the
 few internals the rest of the repository uses.
 """
@@ -51,12 +53,13 @@ from ._src.gated_delta_rule.api import gated_delta_rule
 from ._src.generalized_delta_rule.api import generalized_delta_rule
 from ._src.generalized_delta_rule.family import gated_delta_rule_2, kda, qed
 from ._src.gla.api import gla
+from ._src.residuals import KEPT
 from ._src.xla.checking import checked
 from ._src.xla.numerics import ccq_keys, doc_ids, l2_inverse_norm, l2_normalize
 from ._src.xla.types import READS, CCQStats, ReadPolicy
 from .sharding import OpsAxes
 
-__all__ = ["CCQStats", "IMPLS", "KERNELS", "KernelConfig", "OpsAxes", "READS", "REFERENCES", "ReadPolicy",
+__all__ = ["CCQStats", "IMPLS", "KEPT", "KERNELS", "KernelConfig", "OpsAxes", "READS", "REFERENCES", "ReadPolicy",
            "SDPA_IMPLS", "attention", "ccq_gated_delta_rule", "ccq_gated_delta_rule_2", "ccq_generalized_delta_rule",
            "ccq_gla", "ccq_kda",
            "ccq_keys", "ccq_qed", "ccq_query", "checked", "covariance_apply", "doc_ids", "gated_delta_rule",

@@ -125,12 +125,13 @@ def test_remat_policies_recompute_more_or_less_without_changing_loss_or_gradient
     name, overrides = CASES[name]
     ids = token_ids((2, 13))
     results, checkpoints = [], []
-    for policy in ("none", "elementwise", "block"):
+    for policy in ("none", "elementwise", "dots", "block"):
         graphdef, params = nnx.split(build(name, dict(overrides, remat_policy=policy)))
         fn = jax.value_and_grad(lambda p, g=graphdef: _loss(nnx.merge(g, p), ids))
         results.append(jax.jit(fn)(params))
         checkpoints.append(_model_checkpoints(jax.make_jaxpr(fn)(params).jaxpr))  # the norms and the MLP have their own
-    assert checkpoints[0] == 0 and checkpoints[2] > checkpoints[1] > 0, checkpoints
+    # "dots" and "block" add one checkpoint per block around the elementwise ones
+    assert checkpoints[0] == 0 and checkpoints[3] == checkpoints[2] > checkpoints[1] > 0, checkpoints
     (loss_a, grads_a), *others = results
     for loss_b, grads_b in others:
         np.testing.assert_allclose(float(loss_a), float(loss_b), rtol=1e-6)

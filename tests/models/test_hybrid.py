@@ -140,9 +140,11 @@ def _logits_and_grads(name, overrides, scan, remat):
     return logits_and_grads(model, ids, segments)
 
 
-@pytest.mark.parametrize("case,remat", [("gla-hybrid", "block"), ("ccq-gdn-hybrid", "elementwise")])
+@pytest.mark.parametrize("case,remat", [("gla-hybrid", "block"), ("ccq-gdn-hybrid", "elementwise"),
+                                        ("ccq-gla-hybrid-options", "dots")])
 def test_scanned_hybrid_layers_match_the_loop(case, remat):
-    """gla-hybrid scans its period of two blocks; ccq-gdn-hybrid its three GDN layers, then calls the attention."""
+    """gla-hybrid scans its period of two blocks; ccq-gdn-hybrid its three GDN layers, then calls the attention;
+    ccq-gla-hybrid-options mixes blocks under "dots" (the linear ones) with attention blocks run as they are."""
     loop_logits, loop_grads = _logits_and_grads(*CASES[case], False, remat)
     scan_logits, scan_grads = _logits_and_grads(*CASES[case], True, remat)
     assert rel_rms(scan_logits, loop_logits) < 1e-5

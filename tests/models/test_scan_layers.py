@@ -17,7 +17,7 @@ def _logits_and_grads(name, overrides, scan, remat):
     return logits_and_grads(model, ids, segments)
 
 
-@pytest.mark.parametrize("remat", ["elementwise", "block"])
+@pytest.mark.parametrize("remat", ["elementwise", "dots", "block"])
 @pytest.mark.parametrize("case", sorted(MODEL_CASES))
 def test_scanned_layers_match_the_loop(case, remat):
     name, overrides = MODEL_CASES[case]

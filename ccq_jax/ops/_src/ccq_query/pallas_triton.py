@@ -20,6 +20,7 @@ from ..dispatch import triton_support
 from ..pallas import step
 from ..pallas import triton_linear as linear
 from ..pallas.layout import Launch, check_chunk, layout, pad, pad_state, per_chunk, recompute_from, width
+from ..residuals import kept
 from ..xla.numerics import L2_NORM_EPS, vary_like
 from ..xla.recurrences import diagonal_scan, fold_initial
 from ..xla.types import CCQStats
@@ -56,6 +57,8 @@ def read_forward(q, k, lam, cov0, sum0, count0, lay, chunk, centered, normalize,
                                                       key_sums=centered)
     q_clean = ccq_read.clean_query(q, running, cov_q, lam, lay.reads, lay.dd, sum_in, count_in, chunk=chunk,
                                    **run.kw)
+    q_clean, kh, running, cov_q, scores, sum_in, count_in = kept((q_clean, kh, running, cov_q, scores, sum_in,
+                                                                  count_in))
     return (q_clean, (cov_t, *final)), (q, k, kh, running, lam, cov0, lay, cov_q, scores, sum_in, count_in)
 
 

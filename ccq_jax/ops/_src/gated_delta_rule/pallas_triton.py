@@ -20,6 +20,7 @@ from pallas_kernels import linear_attention_grad as la_grad
 from ..dispatch import triton_support
 from ..pallas import step
 from ..pallas.layout import Launch, backbone_inputs, check_chunk, chunk_cumsum, floored, layout, pad, recompute_from
+from ..residuals import kept
 from . import reference
 from .factors import head_factors
 
@@ -83,8 +84,8 @@ def vjp_forward(q, k, v, g, beta, h0, lay, scale, chunk, passes, run):
     """Keeps the chunks' T (fp32 [B, Tp, H, C]: half of k's bytes for bf16 k at C = 64, K = 256), from which
     the backward forms w (`delta_wy.wy_apply`) instead of solving again, v_new (v's bytes), from which it forms
     the states entering the chunks again in a plain state pass, and the intra-chunk scores (fp32 [B, H, Tp, C])."""
-    o, final, kept = _forward(q, k, v, g, beta, h0, lay, scale, chunk, passes, run)
-    return (o, final), (q, k, v, g, beta, h0, lay, *kept)
+    o, final, extra = _forward(q, k, v, g, beta, h0, lay, scale, chunk, passes, run)
+    return (o, final), (q, k, v, g, beta, h0, lay, *kept(extra))
 
 
 def vjp_backward(scale, chunk, passes, run, res, cts):

@@ -26,6 +26,7 @@ from pallas_kernels.tiles import DEFAULT_CONFIG
 from pallas_kernels.tpu import LANES
 
 from ..dispatch import Call
+from ..residuals import kept
 from ..xla.numerics import vary_like
 from ..xla.recurrences import diagonal_scan
 from .layout import chunk_cumsum, check_chunk, layout, pad, pad_state
@@ -99,7 +100,7 @@ def linear_attention(q, k, v, g, h0, lay, scale, chunk, interpret):
 
 def _vjp_forward(q, k, v, g, h0, lay, scale, chunk, interpret):
     out = linear_attention(q, k, v, g, h0, lay, scale, chunk, interpret)
-    return out, (q, k, v, g, h0, lay, out[1])
+    return out, (q, k, v, g, h0, lay, kept(out[1]))
 
 
 def _vjp_backward(scale, chunk, interpret, residuals, cotangents):

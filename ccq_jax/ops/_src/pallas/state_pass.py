@@ -22,6 +22,7 @@ import jax.numpy as jnp
 
 from pallas_kernels import delta_pass, delta_tpu
 
+from ..residuals import kept
 from ..xla.chunking import from_chunks
 from ..xla.numerics import vary_like
 from .layout import pad_state, width
@@ -60,7 +61,8 @@ def state_pass(w, u_v, k_to_end, q_from_start, scores, decay, h0, kernels, scale
 
 
 def _vjp_forward(*args):
-    return state_pass(*args), args[:7]
+    # the factors are XLA's work (the WY solves): kept, not formed again under a remat policy that saves `KEPT`
+    return state_pass(*args), kept(args[:7])
 
 
 def _vjp_backward(kernels, scale, dtype, interpret, residuals, cotangents):

@@ -16,6 +16,7 @@ import jax
 from pallas_kernels import linear_attention as la
 from pallas_kernels import linear_attention_grad as la_grad
 
+from ..residuals import kept
 from .layout import recompute_from
 
 
@@ -71,7 +72,7 @@ def linear_attention(q, k, v, g, h0, lay, scale, chunk, gate, out_dtype, run):
 def vjp_forward(q, k, v, g, h0, lay, scale, chunk, gate, out_dtype, run):
     """Keeps the gates' in-chunk cumsum G (fp32, the size of g, kept instead of it) for the backward."""
     o, final, scores, G, _ = forward(q, k, v, g, h0, lay, scale, chunk, gate, out_dtype, run)
-    return (o, final), (q, k, v, G, h0, lay, scores)
+    return (o, final), (q, k, v, kept(G), h0, lay, kept(scores))
 
 
 def vjp_backward(scale, chunk, gate, out_dtype, run, res, cts):
