@@ -47,6 +47,19 @@ def test_a_context_split_train_call_compiles_for_a_tpu_topology(model):
     assert row["kernel_calls"] == (KERNEL_CALLS[model] + 3) * get_config(model).num_hidden_layers
 
 
+@pytest.mark.parametrize("model", ["ccq-gdn-tiny", "ccq-kda-tiny"])
+def test_dots_remat_compiles_with_no_kernel_run_twice(model):
+    """remat_policy "dots" (`ccq_jax.layers.remat`: each block keeps its matmuls' outputs and `ccq_jax.ops.KEPT`)
+    compiles with the Mosaic calls of the default policy: no forward kernel runs again in the backward pass (the
+    read's covariance output, untagged, made the read's GLA kernel run twice a layer)."""
+    pytest.importorskip("libtpu")
+    (run,) = load_config("smoke", {"model": model, "model.kernel.impl": "pallas", "model.remat_policy": "dots",
+                                   "mesh.data": 1, "mesh.fsdp": -1, "data.batch_size": 8, "steps_per_call": 2})
+    row = compile_run(run, topology_devices("v5e:2x2"), tpu=True)
+    assert row["compiled"], row.get("error")
+    assert row["kernel_calls"] == KERNEL_CALLS[model] * get_config(model).num_hidden_layers and row["fits"]
+
+
 def test_a_hybrid_train_call_with_splash_attention_compiles_for_a_tpu_topology():
     """gdn-hybrid-tiny (a windowed attention layer among three Gated DeltaNet layers) with sdpa_impl="splash", FSDP
     over a v5e-4's chips: the splash kernels (forward, dkv, dq) run on each chip's rows beside the backbone's."""

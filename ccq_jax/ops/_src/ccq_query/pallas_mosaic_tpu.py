@@ -11,6 +11,7 @@ for the zero gates, then unused).
 import jax.numpy as jnp
 
 from ..pallas import mosaic_tpu
+from ..residuals import kept
 from ..xla.numerics import ccq_correction, ccq_keys, resets
 from ..xla.recurrences import diagonal_scan, fold_initial
 from ..xla.types import CCQStats
@@ -28,6 +29,7 @@ def ccq_query(q, k, lam, *, centered, normalize_keys, initial_stats, docs, inter
     cov_q, cov_t = mosaic_tpu.chunked(q.astype(dtype), keys, keys, jnp.zeros(kh.shape, f32), scale=1.0,
                                initial_state=jnp.swapaxes(initial_stats.cov, 2, 3), docs=docs, interpret=interpret,
                                config=config, chunk_size=chunk_size)
+    cov_q = kept(cov_q)  # the kernel's output, which the XLA read's backward needs
     carry = jnp.broadcast_to(~resets(docs)[:, :, None], lam.shape).astype(f32)  # [B, T, H]
     sums = (fold_initial(kh, carry[:, 0], initial_stats.key_sum.astype(f32)),
             fold_initial(jnp.ones_like(carry), carry[:, 0], initial_stats.count.astype(f32)))
