@@ -10,9 +10,10 @@ the checkpoint wraps instead, keeping those intermediates for a faster backward 
 pass keeps the matmuls' outputs (projections, MLP, XLA forms' products), the mixer's output and what the kernels
 keep for themselves (`ccq_jax.ops.KEPT`), and recomputes everything elementwise between them from those: the
 norms' outputs, the residual stream inside the block, the short convolutions, the q/k normalisation and the
-gates, which "elementwise" keeps as the kernels' and matmuls' inputs. No forward kernel runs again. Attention
-blocks keep "elementwise" (the cuDNN and splash kernels' residuals carry no name, so the policy would run their
-forward again).
+gates, which "elementwise" keeps as the kernels' and matmuls' inputs. No forward kernel runs again; KDA, GDN-2 and
+QED's XLA chunk factors (their WY solves) are formed again. Attention blocks keep "elementwise" (the cuDNN and
+splash kernels' residuals carry no name, so the policy would run their forward again). On TPUs libtpu 0.11.2 aborts
+compiling a scanned CCQ-GDN 1.3B step under it (docs/tpu.md).
 
 "block": every block whole (`jax.checkpoint_policies.nothing_saveable`: only its input is kept).
 """
