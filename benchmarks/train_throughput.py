@@ -9,16 +9,17 @@ the blocks as one scan (`--scan-layers`), initialised in place on a one-device m
 project's own train step (`train.step`: AdamW, clipping, the masked LM loss) on a fresh batch of random tokens
 per step. After `--warmup` compiled steps, `--steps` steps are timed end to end (device synchronised); a
 compilation inside them is counted and warned about (its time is not a step's); the first warm-up step's time
-(`first_step_s`: trace, compile, run) and the XLA compilations in the warm-up (`xla_compile_s`) show what `--scan-layers` saves. Memory: the allocator's peak (`peak_GiB`, which includes
-what XLA's autotuning allocated while compiling) and XLA's plan of the compiled step (`planned_GiB`). MFU
-counts `ccq_jax.models.flops`' FLOPs per token (the weights' products and the mixers' own work; `mfu_6n`: 6 N as
-before) against `--peak-tflops` (dense bf16 of an H100/H200: 989). Results go to stdout as
-a table and, with --out, as JSON lines; a preset that fails (e.g. out of memory) gets a row with its error and
-the others still run. `--memory-only` compiles the step on the current backend and reports XLA's planned
-buffers instead (on a CPU these are the CPU compiler's totals, not a GPU's peak: gla-1.3b with `--attn-impl
-chunk --param-dtype bfloat16` planned 147.3 GiB of temporaries there); `--target h200` with it compiles for a
-deviceless H200 on a CPU (`benchmarks.tools.targets`: the gpu extra, JAX_PLATFORMS=cpu), the GPU compiler's own
-plan, nothing built or run (docs/benchmarks.md, "Training memory planned for a GPU without one").
+(`first_step_s`: trace, compile, run) and the XLA compilations in the warm-up (`xla_compile_s`) show what
+`--scan-layers` saves. Memory: the allocator's peak (`peak_GiB`, which includes what XLA's autotuning allocated
+while compiling) and XLA's plan of the compiled step (`planned_GiB`). MFU counts `ccq_jax.models.flops`' FLOPs
+per token (the weights' products and the mixers' own work; `mfu_6n`: 6 N as before) against `--peak-tflops`
+(dense bf16 of an H100/H200: 989). Results go to stdout as a table and, with --out, as JSON lines; a preset that
+fails (e.g. out of memory) gets a row with its error and the others still run. `--memory-only` compiles the step
+on the current backend and reports XLA's planned buffers instead (on a CPU these are the CPU compiler's totals,
+not a GPU's peak: gla-1.3b with `--attn-impl chunk --param-dtype bfloat16` planned 147.3 GiB of temporaries
+there); `--target h200` with it compiles for a deviceless H200 on a CPU (`benchmarks.tools.targets`: the gpu
+extra, JAX_PLATFORMS=cpu), the GPU compiler's own plan, nothing built or run (docs/benchmarks.md, "Training memory
+planned for a GPU without one").
 """
 
 import argparse

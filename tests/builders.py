@@ -7,7 +7,7 @@ here, never from another test module or a conftest).
   kernels     KERNEL_OPS, TPU_KERNEL_OPS, kernel_inputs, check_op (impl="pallas" against the float64 recurrence),
               tolerances
   layers      layer_inputs, randomize, layer_params, call, SEGMENTS
-  models      MODEL_CASES, HYBRID_CASES, build, token_ids, forward, prefill_then_decode
+  models      MODEL_CASES, HYBRID_CASES, build, token_ids, forward, prefill_then_decode, inner_jaxprs
   conversion  FIXTURES, GOLDENS, random_model, flat_params, assert_same_params
   sharding    shard_map_check (tests/ops/shard_map_check.py in a process of its own)
 """
@@ -401,3 +401,13 @@ def import_cycle(graph: dict) -> list:
         if m not in state:
             visit(m, [m])
     return cycles[0] if cycles else []
+
+
+def inner_jaxprs(eqn):
+    """The jaxprs nested in one equation's parameters (a jit's, a checkpoint's, a loop's body), for walks over a
+    whole program."""
+    for value in eqn.params.values():
+        for item in value if isinstance(value, (tuple, list)) else (value,):
+            inner = getattr(item, "jaxpr", item)
+            if hasattr(inner, "eqns"):
+                yield inner

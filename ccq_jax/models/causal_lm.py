@@ -96,7 +96,9 @@ def _policy(remat_policy: str, block: Block):
 def _block(block, x, segment_ids, remat_policy: str):
     """(x through `block`, None) without a cache, under the block's remat policy."""
     policy = _policy(remat_policy, block)
-    if policy is None:
+    # under nnx.capture (`ccq_jax.engagement`: a forward that only reads what the layers sow) there is no backward
+    # pass to recompute for, and values sown inside a remat cannot leave it
+    if policy is None or hasattr(block.attn, "__captures__"):
         return block(x, segment_ids, None)
     return nnx.remat(lambda block, x, segment_ids: block(x, segment_ids, None), policy=policy)(block, x, segment_ids)
 

@@ -8,7 +8,7 @@ import pytest
 from flax import nnx
 
 from ccq_jax.models import CausalLM, get_config, with_config
-from tests.builders import build, forward, MODEL_CASES as CASES, rel_rms, token_ids
+from tests.builders import build, forward, inner_jaxprs, MODEL_CASES as CASES, rel_rms, token_ids
 
 
 def _loss(model, ids):
@@ -112,11 +112,7 @@ def _model_checkpoints(jaxpr) -> int:
         if eqn.primitive.name in ("scan", "while"):
             continue
         count += eqn.primitive.name.startswith(("checkpoint", "remat"))  # jax.checkpoint's primitive is "remat2"
-        for value in eqn.params.values():
-            for item in value if isinstance(value, (tuple, list)) else (value,):
-                inner = getattr(item, "jaxpr", item)
-                if hasattr(inner, "eqns"):
-                    count += _model_checkpoints(inner)
+        count += sum(_model_checkpoints(inner) for inner in inner_jaxprs(eqn))
     return count
 
 

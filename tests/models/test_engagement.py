@@ -74,3 +74,15 @@ def test_a_model_reports_every_ccq_layer_and_one_without_the_read_is_refused():
     assert at_end["num_positions"] == 8 and "at the positions" in format_table(at_end)
     with pytest.raises(ValueError, match=r"model: no CCQ read to measure \(family 'gla', ccq absent\)"):
         read_engagement(build("gla-tiny"), token_ids((2, 32)))
+
+
+@pytest.mark.parametrize("policy", ["dots", "block"])
+def test_the_read_runs_on_a_model_whose_blocks_are_recomputed(policy):
+    """The engagement read captures what the layers sow; under a block remat policy that capture failed inside
+    `nnx.remat` (the learning guard's ccq-gla-tiny under "dots"). The read is a forward: the same report."""
+    ids = token_ids((2, 32))
+    plain = read_engagement(build("ccq-gla-tiny"), ids)["summary"]
+    recomputed = read_engagement(build("ccq-gla-tiny", {"remat_policy": policy}), ids)["summary"]
+    assert recomputed.keys() == plain.keys()
+    for name, value in plain.items():
+        np.testing.assert_allclose(recomputed[name], value, rtol=1e-6, atol=1e-7)

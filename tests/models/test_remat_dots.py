@@ -15,7 +15,7 @@ from flax import nnx
 
 import ccq_jax.ops as ops
 from ccq_jax.layers.remat import SAVE_DOTS_AND_KERNELS, kept_output
-from tests.builders import build, token_ids
+from tests.builders import build, inner_jaxprs, token_ids
 
 PALLAS = {"kernel.impl": "pallas", "kernel.interpret": True, "kernel.chunk_size": 16}
 
@@ -26,11 +26,8 @@ def _kernel_names(jaxpr) -> set:
     for eqn in jaxpr.eqns:
         if eqn.primitive.name == "pallas_call":
             names.add(str(eqn.params["name"]))
-        for value in eqn.params.values():
-            for item in value if isinstance(value, (tuple, list)) else (value,):
-                inner = getattr(item, "jaxpr", item)
-                if hasattr(inner, "eqns"):
-                    names |= _kernel_names(inner)
+        for inner in inner_jaxprs(eqn):
+            names |= _kernel_names(inner)
     return names
 
 
