@@ -30,7 +30,7 @@ import optax
 from flax import nnx
 
 from ccq_jax import ops
-from ccq_jax.models import CausalLM, ModelConfig, abstract_model
+from ccq_jax.models import ModelConfig, abstract_model, init_split
 from train.config import TrainConfig
 from train.loss import loss_sums
 from train.optim import make_optimizer
@@ -70,14 +70,9 @@ def init_state(model_cfg, optimizer, mesh, seed: int):
 
     Returns (graphdef, others, state), laid out as `abstract_state` says.
     """
-    graphdef, abstract_others, abstract = abstract_state(model_cfg, optimizer, mesh)
+    graphdef, _, abstract = abstract_state(model_cfg, optimizer, mesh)
     shardings = _shardings(abstract)
-
-    def build():
-        _, params, others = split_model(CausalLM(model_cfg, rngs=nnx.Rngs(seed)))
-        return params, others
-
-    params, others = jax.jit(build, out_shardings=(shardings.params, _shardings(abstract_others)))()
+    _, params, others = init_split(model_cfg, seed, shard=lambda state: state_shardings(state, mesh))
     opt_state = jax.jit(optimizer.init, out_shardings=shardings.opt_state)(params)
     step = jax.device_put(jnp.zeros((), jnp.int32), shardings.step)
     return graphdef, others, TrainState(params, opt_state, step)
