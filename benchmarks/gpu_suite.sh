@@ -9,7 +9,8 @@
 #            GPU 1 then: fla's and our kernels one by one
 #   train    our 1.3B presets, one process each, at the same time, the first on GPU 0 and the second on GPU 1
 #            (PRESETS, default "ccq-gla-1.3b gla-1.3b"; then PRESETS="ccq-gdn-1.3b gdn-1.3b": a GDN preset took
-#            about 4.5 minutes, mostly compiling: 2 min 40 s the initialisation, 1 min the step; TRAIN_ARGS, e.g.
+#            about 4.5 minutes, mostly compiling: 2 min 40 s the initialisation as one program, since compiled per
+#            kind of piece by ccq_jax.models.init_split, and 1 min the step; TRAIN_ARGS, e.g.
 #            "--loss-chunk-len 1024", goes to train_throughput.py); then fla's anchor models()
 #            (../shared/anchors/fla_baseline.py, copied to .whl/) on GPU 0, each model's result printed as it lands
 #   loop     GPU 0 (one GPU is enough): benchmarks/train_loop.py before (the checkout in $OLD_TREE, default
