@@ -26,6 +26,8 @@
 #   graphs   the same without fla, the decode loop as CUDA graphs (XLA command buffers for WHILE and CONDITIONAL),
 #            PRESETS default gla-1.3b,ccq-gla-1.3b, prefill 1:2048 and decode 1:2048,16:2048 only
 #
+# With .triton/triton-VERSION.tar.xz carried (scripts/pack_triton.sh), fla runs on that Triton (its Hopper guard then
+# stays in place from 3.7.1 on); the autotuning cache below is per Triton version.
 # fla's Triton autotuning results are cached in $TRITON_CACHE_DIR (default /tmp/tcache), seeded from
 # .whl/tcache.tgz when that exists and written to OUTDIR/tcache.tgz: copy it to .whl/ to skip minutes of
 # autotuning on the next machine (only the *.autotune.json files, a few hundred KB).
@@ -35,6 +37,13 @@ OUT=${2:?usage: gpu_suite.sh check|kernels|train|loop|inference|graphs OUTDIR}
 mkdir -p "$OUT"
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
 export PYTHONPATH=$PWD:/tmp/site PYTHONUNBUFFERED=1 TRITON_CACHE_AUTOTUNING=1
+# a newer Triton for fla than the machine's, where one is carried (scripts/pack_triton.sh: .triton/)
+for packed in .triton/triton-*.tar.xz; do
+  [ -f "$packed" ] || continue
+  python3 -c "import sys, tarfile; tarfile.open(sys.argv[1]).extractall('/tmp/triton', filter='tar')" "$packed"
+  export PYTHONPATH=$PWD:/tmp/triton:/tmp/site
+done
+python3 -c "import triton; print('Triton', triton.__version__, 'from', triton.__file__)" 2>&1 | tail -1
 export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-/tmp/tcache} XLA_PYTHON_CLIENT_PREALLOCATE=false
 mkdir -p "$TRITON_CACHE_DIR" && [ -f .whl/tcache.tgz ] && tar xzf .whl/tcache.tgz -C "$TRITON_CACHE_DIR"
 on() { local gpu=$1; shift; CUDA_VISIBLE_DEVICES=$gpu "$@"; }

@@ -8,8 +8,8 @@ Same inputs and shapes as benchmarks/kernels.py (B = 4, T = 4096). fla: `torch.p
 `jax.profiler.trace` of the compiled fwd+bwd program, the GPU's kernel events read back from the
 trace (one process each: the two profilers cannot share the GPU's tracing interface). Both over
 `--calls` calls after a warm-up; each kernel's time per call and how often it runs per call
-(XLA's fusions appear under their own names). fla refuses its Gated DeltaNet
-backward on Hopper (fla issue #640); `kernels.fla_call` lifts the guard to time it.
+(XLA's fusions appear under their own names). fla refuses its gated backward on Hopper with a Triton before
+3.7.1 (fla issue #640); there `kernels.fla_call` lifts the guard to time it.
 """
 
 import argparse
@@ -30,7 +30,7 @@ def profile_fla(family, B, T, calls):
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as torch_profile
 
-    fn, do = fla_call(family, bench_inputs(family, B, T))
+    fn, do, _ = fla_call(family, bench_inputs(family, B, T))
     for _ in range(5):
         fn().backward(do)
     torch.cuda.synchronize()

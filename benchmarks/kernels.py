@@ -14,8 +14,10 @@ the gradients of every input. Times are per call: fla's by `triton.testing.do_be
 events), ours by the wall clock over `--reps` calls queued back to back (one wait at the end,
 median of 5 rounds); peak memory is XLA's compiled buffer total (arguments, outputs,
 temporaries) for JAX and `torch.cuda.max_memory_allocated` for fla, inputs included.
-fla refuses its Gated DeltaNet backward on Hopper (wrong gated dq/dk with this Triton,
-fla issue #640); the guard is lifted to time it, so its gradients here are not trustworthy.
+fla refuses its gated backward on Hopper with Triton [3.4.0, 3.7.1) (wrong gated dq/dk, fla issue #640); in that
+range the guard is lifted to time it (its gradients then not trustworthy), and left alone from 3.7.1 on, which fixed
+the miscompile (`scripts/pack_triton.sh` packs a newer Triton to carry). fla's rows record `triton` and
+`hopper_guard_lifted`.
 """
 
 import argparse
@@ -66,33 +68,35 @@ def bench_inputs(family, B, T, seed=0, shape=None):
 
 def fla_call(family, x):
     """(fn, do): fla's chunked op of `family` on the inputs x, moved to the GPU (bf16 q/k/v, fp32 gates, all
-    requiring gradients), and the bf16 output gradient. fla's Hopper guard is lifted: timing only, its GDN
-    gradients are wrong there."""
+    requiring gradients), the bf16 output gradient, and whether fla's Hopper guard was lifted (only with a Triton
+    before 3.7.1, whose gated backward it refuses on Hopper: timing only, those gradients are wrong there)."""
     import torch
     import fla.ops.common.chunk_o as chunk_o
     from fla.ops.gated_delta_rule import chunk_gated_delta_rule
     from fla.ops.gla import chunk_gla
     from fla.ops.kda import chunk_kda
 
-    chunk_o.IS_NVIDIA_HOPPER = False
+    lifted = chunk_o.IS_NVIDIA_HOPPER and not chunk_o.TRITON_ABOVE_3_7_1
+    if lifted:
+        chunk_o.IS_NVIDIA_HOPPER = False
     t = lambda a, dt=torch.bfloat16: torch.tensor(a, device="cuda").to(dt).requires_grad_()
     q, k, v = t(x["q"]), t(x["k"]), t(x["v"])
     g = t(x["g"], torch.float32)
     do = torch.tensor(x["do"], device="cuda").to(torch.bfloat16)
     if family == "gla":
-        return (lambda: chunk_gla(q, k, v, g)[0]), do
+        return (lambda: chunk_gla(q, k, v, g)[0]), do, lifted
     beta = t(x["beta"])
     op = chunk_kda if family == "kda" else chunk_gated_delta_rule
-    return (lambda: op(q, k, v, g, beta)[0]), do
+    return (lambda: op(q, k, v, g, beta)[0]), do, lifted
 
 
 def time_fla(family, x, reps):
     import torch
     import triton
 
-    fn, do = fla_call(family, x)
+    fn, do, lifted = fla_call(family, x)
     bench = lambda f: triton.testing.do_bench(f, warmup=25, rep=reps * 10, quantiles=[0.5])
-    res = {}
+    res = {"triton": triton.__version__, "hopper_guard_lifted": bool(lifted)}
     with torch.no_grad():
         res["fwd_ms"] = bench(fn)
     res["fwdbwd_ms"] = bench(lambda: fn().backward(do))
