@@ -63,6 +63,9 @@ def test_shard_places_each_piece():
     """`shard` gives each piece's shardings; every variable lands in them (a mesh of the CPU devices, 1 or more)."""
     mesh = jax.sharding.Mesh(np.array(jax.devices()), ("data",))
     shard = lambda state: jax.tree.map(lambda _: NamedSharding(mesh, PartitionSpec()), state)
-    _, params, others = init_split(get_config("gdn-tiny"), 0, shard=shard)
+    cfg = get_config("gdn-tiny", num_hidden_layers=3)
+    (_, params, others), names = _compiled_programs(lambda: init_split(cfg, 0, shard=shard))
     for x in jax.tree.leaves((params, others)):
         assert x.sharding == NamedSharding(mesh, PartitionSpec())
+    # the random stream arrives at every layer in the same sharding: no layer's program compiles twice
+    assert [n for n in names if "init_piece" in n] == ["jit(init_piece)"] * 4, names
