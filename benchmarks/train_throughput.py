@@ -19,7 +19,9 @@ on the current backend and reports XLA's planned buffers instead (on a CPU these
 not a GPU's peak: gla-1.3b with `--attn-impl chunk --param-dtype bfloat16` planned 147.3 GiB of temporaries
 there); `--target h200` with it compiles for a deviceless H200 on a CPU (`benchmarks.tools.targets`: the gpu
 extra, JAX_PLATFORMS=cpu), the GPU compiler's own plan, nothing built or run (docs/benchmarks.md, "Training memory
-planned for a GPU without one").
+planned for a GPU without one"). Each row also counts the compiled step's launches by kind (GEMMs, kernels, XLA's
+fusions) and estimates the bytes each kind moves (`launches`, `benchmarks.tools.hlo`): a deviceless compile has no
+cost analysis, and this is how two remat policies' recomputation is compared before a GPU times it.
 """
 
 import argparse
@@ -31,6 +33,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from benchmarks.tools.compilation import CompileCounter
+from benchmarks.tools.hlo import entry_launches
 from benchmarks.tools.targets import TARGETS, compiled_for, target_device
 from ccq_jax.models import count_params, get_config
 from ccq_jax.models.flops import mfu, train_flops_per_token
@@ -122,13 +125,20 @@ def measure(preset, batch_size, seqlen, steps, warmup, peak_tflops, attn_impl, p
 
 def planned_memory(train_step, state, batch):
     """XLA's buffer plan of the compiled step, in GiB: its arguments, temporaries, and the step's total (arguments,
-    outputs not aliased to a donated argument, temporaries). After a call this is the cached executable (no
-    compilation); unlike the allocator's peak, it leaves out what compiling itself allocated (autotuning)."""
-    mem = train_step.lower(state, batch).compile().memory_analysis()
+    outputs not aliased to a donated argument, temporaries); and its launches by kind with their estimated traffic
+    (`benchmarks.tools.hlo.entry_launches`). After a call this is the cached executable (no compilation); unlike
+    the allocator's peak, it leaves out what compiling itself allocated (autotuning)."""
+    compiled = train_step.lower(state, batch).compile()
+    mem = compiled.memory_analysis()
     total = (mem.argument_size_in_bytes + mem.output_size_in_bytes - mem.alias_size_in_bytes + mem.temp_size_in_bytes)
     gib = lambda n: n / 2**30
     return {"arguments_GiB": gib(mem.argument_size_in_bytes), "temporaries_GiB": gib(mem.temp_size_in_bytes),
-            "planned_GiB": gib(total)}
+            "planned_GiB": gib(total), "launches": entry_launches(compiled.as_text())}
+
+
+def launches_text(launches) -> str:
+    """"kind launches: GiB, ..." of `entry_launches`' summary."""
+    return ", ".join(f"{kind} {v['launches']}: {v['GiB']:.1f}" for kind, v in launches.items())
 
 
 def main(argv=None):
@@ -168,11 +178,11 @@ def main(argv=None):
                 f.write(json.dumps(row) + "\n")
     if a.memory_only:
         print(f"\n{'preset':16s} {'loss chunk':>10s} {'arguments GiB':>14s} {'temporaries GiB':>16s} "
-              f"{'compile s':>10s}")
+              f"{'compile s':>10s}  launches: traffic GiB")
         for r in rows:
             print(f"{r['preset']:16s} failed: {r['error'][:100]}" if "error" in r else
                   f"{r['preset']:16s} {r['loss_chunk_len']:10d} {r['arguments_GiB']:14.2f} "
-                  f"{r['temporaries_GiB']:16.2f} {r['first_compile_s']:10.1f}")
+                  f"{r['temporaries_GiB']:16.2f} {r['first_compile_s']:10.1f}  {launches_text(r['launches'])}")
         return
     print(f"\n{'preset':16s} {'params':>8s} {'step ms':>9s} {'tokens/s':>10s} {'MFU':>6s} {'peak GiB':>9s} "
           f"{'planned GiB':>12s} {'1st step s':>11s}")

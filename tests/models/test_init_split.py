@@ -6,9 +6,8 @@ import pytest
 from flax import nnx
 from jax.sharding import NamedSharding, PartitionSpec
 
+from benchmarks.tools.compilation import CompileCounter
 from ccq_jax.models import CausalLM, get_config, init_split, layer_mixers
-
-COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
 
 
 def _whole(cfg, seed):
@@ -20,13 +19,9 @@ def _whole(cfg, seed):
 
 def _compiled_programs(fn):
     """fn's result and the names of the XLA programs compiled while it ran."""
-    names = []
-    listener = lambda event, _, **kwargs: names.append(kwargs.get("fun_name")) if event == COMPILE_EVENT else None
-    jax.monitoring.register_event_duration_secs_listener(listener)
-    try:
-        return fn(), names
-    finally:
-        jax.monitoring.unregister_event_duration_listener(listener)
+    with CompileCounter() as compiles:
+        result = fn()
+    return result, compiles.names
 
 
 @pytest.mark.parametrize("name, overrides", [
