@@ -72,11 +72,13 @@ def fla_call(family, x):
     before 3.7.1, whose gated backward it refuses on Hopper: timing only, those gradients are wrong there)."""
     import torch
     import fla.ops.common.chunk_o as chunk_o
+    import fla.utils
     from fla.ops.gated_delta_rule import chunk_gated_delta_rule
     from fla.ops.gla import chunk_gla
     from fla.ops.kda import chunk_kda
 
-    lifted = chunk_o.IS_NVIDIA_HOPPER and not chunk_o.TRITON_ABOVE_3_7_1
+    # fla.utils keeps the GPU's own flag (chunk_o's copy is the one lifted, and stays lifted for later calls)
+    lifted = fla.utils.IS_NVIDIA_HOPPER and not fla.utils.TRITON_ABOVE_3_7_1
     if lifted:
         chunk_o.IS_NVIDIA_HOPPER = False
     t = lambda a, dt=torch.bfloat16: torch.tensor(a, device="cuda").to(dt).requires_grad_()

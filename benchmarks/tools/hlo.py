@@ -6,7 +6,8 @@ computation grouped by kind, and a memory-traffic estimate per kind: each launch
 Kinds: "gemm" (XLA's GEMM fusions and cuBLAS calls), "kernel" (custom calls: Pallas kernels through Triton or
 Mosaic GPU, cuDNN), "triton fusion" (XLA's own Triton-emitted fusions, e.g. normalisations), "loop fusion"
 (elementwise), "input fusion" (reductions, transposes), "while" (a loop's carried state read and written once; its
-body is not read). Aliases (bitcast, get-tuple-element, tuple), parameters and constants launch nothing.
+body is not read); any other instruction under its own name (e.g. "copy", "all-gather"). Aliases (bitcast,
+get-tuple-element, tuple), parameters and constants launch nothing.
 """
 
 import math
