@@ -259,7 +259,7 @@ def init_split(config: ModelConfig, seed: int = 0, shard=None) -> tuple:
     the same values, each piece (the embeddings, each layer, the final norm, the head) made by a compiled program
     of its own, compiled once per kind of piece: a model's layers share one program (a hybrid's attention layers
     another), where one program for the whole model repeats each layer's initialisers in it (on an H100, over 3
-    minutes of compilation for gdn-1.3b's 24 layers). The random stream runs through the pieces in the model's order.
+    minutes of compilation for gdn-1.3b's 21 layers). The random stream runs through the pieces in the model's order.
     `shard(abstract_state)`: the shardings to create a piece's variables in (e.g. by their logical axes on a mesh,
     `train.sharding.state_shardings`), applied to its parameters, its other variables and the random stream's
     state; None: the default device."""
