@@ -19,6 +19,7 @@ from flax import nnx
 from ccq_jax.progress import progress as progress_bar
 
 from benchmarks.inference import best_seconds
+from ccq_jax.figures import pyplot, save_png
 from ccq_jax.inference import cache_nbytes, decode, init_cache, prefill
 from ccq_jax.models import CausalLM, get_config
 
@@ -36,10 +37,7 @@ def measure(model, context, *, batch, tokens, repeats, seed=0):
 
 
 def plot(records, path):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(6, 4))
     for preset in dict.fromkeys(r["preset"] for r in records):
@@ -52,7 +50,7 @@ def plot(records, path):
     ax.set_title(f"decode step, {jax.devices()[0].platform.upper()}")
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    save_png(fig, path)
 
 
 def main(argv=None):

@@ -25,6 +25,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from train.metrics import read_metrics  # noqa: E402
+from ccq_jax.figures import pyplot, save_png  # noqa: E402
 
 
 def parse_seeds(text: str) -> list[int]:
@@ -70,10 +71,7 @@ def markdown_table(results: list[dict], level: float) -> str:
 
 
 def plot(results: list[dict], out_png: pathlib.Path, title: str):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     names = [r["name"] for r in results[0]["runs"]]
     fig, axes = plt.subplots(2, len(names), figsize=(3.2 * len(names), 5.5), sharex=True, squeeze=False)
@@ -93,8 +91,7 @@ def plot(results: list[dict], out_png: pathlib.Path, title: str):
         ax.grid(alpha=0.3)
     fig.suptitle(title, fontsize=9)
     fig.tight_layout()
-    fig.savefig(out_png, dpi=110)
-    plt.close(fig)
+    save_png(fig, out_png, dpi=110)
 
 
 def main(argv=None):

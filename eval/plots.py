@@ -8,29 +8,14 @@ from pathlib import Path
 
 import numpy as np
 
-
-def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def _save(fig, path) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120, bbox_inches="tight")
-    _pyplot().close(fig)
-    return path
+from ccq_jax.figures import pyplot, save_png
 
 
 def line_plot(
     curves: Mapping[str, Mapping[float, float]], path, *, xlabel: str, ylabel: str, title: str = ""
 ) -> Path:
     """One line per name through its (x, y) points, sorted by x, on a log2 x axis (e.g. perplexity vs length)."""
-    fig, ax = _pyplot().subplots(figsize=(6.4, 4.2))
+    fig, ax = pyplot().subplots(figsize=(6.4, 4.2))
     for name, points in curves.items():
         xs = sorted(points)
         ax.plot(xs, [points[x] for x in xs], marker="o", label=name)
@@ -38,7 +23,7 @@ def line_plot(
     ax.set(xlabel=xlabel, ylabel=ylabel, title=title)
     ax.grid(True, alpha=0.3)
     ax.legend()
-    return _save(fig, path)
+    return save_png(fig, path, tight=True)
 
 
 def heatmap(
@@ -59,7 +44,7 @@ def heatmap(
     values = np.asarray(values, dtype=float)
     if values.shape != (len(row_labels), len(col_labels)):
         raise ValueError(f"values: expected shape {(len(row_labels), len(col_labels))}, got {values.shape}")
-    fig, ax = _pyplot().subplots(figsize=(max(4.0, 0.6 * len(col_labels) + 2), max(3.0, 0.35 * len(row_labels) + 1.5)))
+    fig, ax = pyplot().subplots(figsize=(max(4.0, 0.6 * len(col_labels) + 2), max(3.0, 0.35 * len(row_labels) + 1.5)))
     im = ax.imshow(values, cmap=cmap, vmin=vmin, vmax=vmax, aspect="auto")
     ax.set_xticks(range(len(col_labels)), [str(c) for c in col_labels])
     ax.set_yticks(range(len(row_labels)), [str(r) for r in row_labels])
@@ -69,7 +54,7 @@ def heatmap(
             if np.isfinite(v):
                 ax.text(j, i, f"{v:.2g}" if abs(v) < 1 else f"{v:.0f}", ha="center", va="center", fontsize=7)
     fig.colorbar(im, ax=ax, label=cbar_label)
-    return _save(fig, path)
+    return save_png(fig, path, tight=True)
 
 
 def histograms(
@@ -85,7 +70,7 @@ def histograms(
     n = len(panels)
     cols = min(4, n)
     rows = -(-n // cols)
-    fig, axes = _pyplot().subplots(rows, cols, figsize=(3.2 * cols, 2.6 * rows), squeeze=False)
+    fig, axes = pyplot().subplots(rows, cols, figsize=(3.2 * cols, 2.6 * rows), squeeze=False)
     for ax, (name, (bulk, marked)) in zip(axes.flat, panels.items()):
         ax.hist(np.asarray(bulk, float), bins=40, color="tab:blue", alpha=0.7, label=bulk_label)
         for i, m in enumerate(np.asarray(marked, float).reshape(-1)):
@@ -97,4 +82,4 @@ def histograms(
     if title:
         fig.suptitle(title)
     fig.tight_layout()
-    return _save(fig, path)
+    return save_png(fig, path, tight=True)

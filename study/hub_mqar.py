@@ -39,6 +39,7 @@ import numpy as np
 from flax import nnx
 
 from ccq_jax.engagement import read_engagement
+from ccq_jax.figures import pyplot, save_png
 from ccq_jax.models import abstract_model
 from ccq_jax.models.config import apply_overrides
 from study.mqar_sweep import (EVAL_BATCH, HELD_OUT_SEED_OFFSET, LEARNING_RATES, VOCAB, model_overrides,
@@ -227,10 +228,7 @@ def table(rows) -> str:
 def plot(rows, path: pathlib.Path) -> pathlib.Path:
     """Needle accuracy against m (log axis; the control at the right), one line per family through the seed
     mean, each seed a dot."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     best = best_over_rates(rows)
     fig, ax = plt.subplots(figsize=(6.5, 4))
@@ -252,10 +250,7 @@ def plot(rows, path: pathlib.Path) -> pathlib.Path:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_png(fig, path)
 
 
 def _ints(text: str) -> tuple:

@@ -34,6 +34,7 @@ import numpy as np
 import optax
 
 from ccq_jax.models import count_params
+from ccq_jax.figures import pyplot, save_png
 from ccq_jax.progress import progress
 from train.config import TrainConfig
 from train.data.config import DataConfig, MQARConfig
@@ -214,10 +215,9 @@ def table(rows) -> str:
 def plot(rows, path: pathlib.Path) -> pathlib.Path:
     """Accuracy against width, one panel per cell and training budget, one line per family through the mean
     over seeds, each seed's best accuracy a dot (Zoology's figure 2)."""
-    import matplotlib
+    plt = pyplot()
+    from matplotlib.ticker import ScalarFormatter
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
     best = best_per_cell(rows)
     panels = _panels(best)
@@ -237,14 +237,11 @@ def plot(rows, path: pathlib.Path) -> pathlib.Path:
         ax.set_xticks(ticks)
         ax.set_xlim(ticks[0] / 1.3, ticks[-1] * 1.3)
         ax.minorticks_off()
-        ax.get_xaxis().set_major_formatter(matplotlib.ticker.ScalarFormatter())
+        ax.get_xaxis().set_major_formatter(ScalarFormatter())
         ax.grid(alpha=0.3)
     max(axes[0], key=lambda ax: len(ax.get_lines())).legend(fontsize=8)
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_png(fig, path)
 
 
 def names_argument(text: str, choices) -> tuple:

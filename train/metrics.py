@@ -17,6 +17,8 @@ import time
 
 import numpy as np
 
+from ccq_jax.figures import pyplot, save_png
+
 
 def is_eval_row(row: dict) -> bool:
     """Whether a metrics row holds the end-of-run evaluation (`eval/...` scalars) rather than a training step's."""
@@ -123,10 +125,7 @@ def read_metrics(path, rows: str = "train") -> list[dict]:
 
 def plot_curves(runs: dict, out_png, key: str = "loss", title: str = "training loss"):
     """One curve of `key` against step per run: runs = {label: [metric rows]}."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(7, 4))
     for label, rows in runs.items():
@@ -140,5 +139,4 @@ def plot_curves(runs: dict, out_png, key: str = "loss", title: str = "training l
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    fig.savefig(out_png, dpi=120)
-    plt.close(fig)
+    save_png(fig, out_png)
