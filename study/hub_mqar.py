@@ -227,28 +227,28 @@ def table(rows) -> str:
 
 def plot(rows, path: pathlib.Path) -> pathlib.Path:
     """Needle accuracy against m (log axis; the control at the right), one line per family through the seed
-    mean, each seed a dot."""
+    mean, each seed a dot; a family's line breaks where it has no rows."""
     plt = pyplot()
 
     best = best_over_rates(rows)
-    fig, ax = plt.subplots(figsize=(6.5, 4))
+    conditions = sorted({k[3] for k in best})
+    fig, ax = plt.subplots(figsize=(8.5, 4))
     for family, width in sorted({k[0:3:2] for k in best}, key=lambda fw: (list(FAMILIES).index(fw[0]), fw[1])):
         mine = {k: b for k, b in best.items() if k[0] == family and k[2] == width}
-        hubs = sorted({k[3] for k in mine})
-        per = {m: [100 * b["test_accuracy"] for k, b in mine.items() if k[3] == m] for m in hubs}
-        line, = ax.plot(hubs, [np.mean(per[m]) for m in hubs], marker="o", label=f"{family} (width {width})")
-        for m in hubs:
+        per = {m: [100 * b["test_accuracy"] for k, b in mine.items() if k[3] == m] for m in conditions}
+        line, = ax.plot(conditions, [np.mean(per[m]) if per[m] else np.nan for m in conditions], marker="o",
+                        label=f"{family} (width {width})")
+        for m in conditions:
             ax.scatter([m] * len(per[m]), per[m], s=10, color=line.get_color(), alpha=0.5)
     shape = shape_of(rows[0])
     distractors = shape.pairs - shape.needles
     ax.set(xscale="log", xlabel=f"hub keys m ({distractors}: every distractor its own key)",
            ylabel="needle accuracy (%)",
            title=f"Hub-key MQAR, T = {shape.seq_len}, {shape.needles} needles among {distractors} distractor pairs")
-    conditions = sorted({k[3] for k in best})
     ax.set_xticks(conditions, [str(m) for m in conditions])
     ax.minorticks_off()
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
     fig.tight_layout()
     return save_png(fig, path)
 

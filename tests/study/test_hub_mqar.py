@@ -116,3 +116,22 @@ def test_the_table_command_reads_several_files_and_names_a_missing_one(tmp_path,
     with pytest.raises(SystemExit):
         hub_mqar.main(["table", str(tmp_path / "gla.jsonl"), str(tmp_path / "none.jsonl")])
     assert "error: rows: no such file: " in capsys.readouterr().err
+
+
+def test_the_plot_breaks_a_family_line_where_it_has_no_rows(tmp_path, monkeypatch):
+    from ccq_jax import figures
+
+    rows = [{"family": f, "steps": 10, "hubs": m, "seed": s, "lr": 1e-3, "test_accuracy": 0.01 * m + 0.05 * s,
+             "test_accuracy_ccq_off": None, "engagement": None}
+            for f, hubs in [("gla", (1, 2, 48)), ("gdn", (1, 48))] for m in hubs for s in (0, 1)]
+    drawn = {}
+
+    def keep(fig, path, **kwargs):
+        drawn.update({line.get_label(): line.get_ydata() for line in fig.axes[0].get_lines()})
+        return figures.save_png(fig, path, **kwargs)
+
+    monkeypatch.setattr(hub_mqar, "save_png", keep)
+    path = hub_mqar.plot(rows, tmp_path / "hub.png")
+    assert path.stat().st_size > 0
+    np.testing.assert_allclose(drawn["gla (width 64)"], [3.5, 4.5, 50.5])
+    np.testing.assert_allclose(drawn["gdn (width 64)"], [3.5, np.nan, 50.5])  # no point at m = 2: the line breaks
