@@ -13,6 +13,11 @@
 #            kind of piece by ccq_jax.models.init_split, and 1 min the step; TRAIN_ARGS, e.g.
 #            "--loss-chunk-len 1024", goes to train_throughput.py); then fla's anchor models()
 #            (../shared/anchors/fla_baseline.py, copied to .whl/) on GPU 0, each model's result printed as it lands
+#   hybrid   GPU 0 (one GPU is enough): a hybrid's 1.3B step, ours (PRESETS, default gdn-hybrid-1.3b; its attention
+#            on cuDNN, SDPA_IMPL; the presets' default, XLA's, plans 64.4 against 33.9 GiB) and then fla's
+#            model of its backbone (benchmarks/fla_train.py: fla's Attention on flash-attn, or on PyTorch's fused
+#            kernels where flash-attn is not installed); its decode against fla's: the inference stage with
+#            PRESETS=gdn-hybrid-1.3b INFERENCE_ARGS='--prefill "" --generate ""'
 #   loop     GPU 0 (one GPU is enough): benchmarks/train_loop.py before (the checkout in $OLD_TREE, default
 #            .device/old: `git archive COMMIT ccq_jax pallas_kernels train eval | tar x -C .device/old`) and after
 #            (this tree): the 2.6M MQAR run, then ~100M GLA on packed text (byte-level shards of the docs; the
@@ -32,8 +37,8 @@
 # .whl/tcache.tgz when that exists and written to OUTDIR/tcache.tgz: copy it to .whl/ to skip minutes of
 # autotuning on the next machine (only the *.autotune.json files, a few hundred KB).
 set -u
-STAGE=${1:?usage: gpu_suite.sh check|kernels|train|loop|inference|graphs OUTDIR}
-OUT=${2:?usage: gpu_suite.sh check|kernels|train|loop|inference|graphs OUTDIR}
+STAGE=${1:?usage: gpu_suite.sh check|kernels|train|hybrid|loop|inference|graphs OUTDIR}
+OUT=${2:?usage: gpu_suite.sh check|kernels|train|hybrid|loop|inference|graphs OUTDIR}
 mkdir -p "$OUT"
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
 export PYTHONPATH=$PWD:/tmp/site PYTHONUNBUFFERED=1 TRITON_CACHE_AUTOTUNING=1
@@ -81,6 +86,13 @@ while t.is_alive() or shown != set(r):
         shown.add(key)
         print(json.dumps({key: r[key]}), flush=True)
 " 2>&1 | tee "$OUT/fla_models.log" ) ;;
+hybrid)
+  for preset in ${PRESETS:-gdn-hybrid-1.3b}; do
+    on 0 python3 benchmarks/train_throughput.py --presets $preset --attn-impl pallas --param-dtype bfloat16 \
+      --sdpa-impl ${SDPA_IMPL:-cudnn} ${TRAIN_ARGS:-} --out "$OUT/train-$preset.jsonl" > "$OUT/train-$preset.log" 2>&1
+    tail -1 "$OUT/train-$preset.log"
+    on 0 python3 benchmarks/fla_train.py --presets ${preset#ccq-} --out "$OUT/fla_train.jsonl" 2>&1 | tail -1
+  done ;;
 loop)
   old=${OLD_TREE:-.device/old} shards=/tmp/loop-shards
   python3 -m train.data.prepare --source text --paths 'docs/*.md' '*.md' 'ccq_jax/**/*.py' 'train/**/*.py' \
@@ -108,6 +120,6 @@ graphs)
     --generate 16:2048 --profile ${INFERENCE_ARGS:-} --out "$OUT/graphs.jsonl" > "$OUT/graphs.log" 2>&1
   echo "inference.py rc $?"; grep -v '^{' "$OUT/graphs.log" | tail -8
   [ -s "$OUT/graphs.jsonl" ] && python3 benchmarks/inference.py --table "$OUT/graphs.jsonl" ;;
-*) echo "unknown stage $STAGE (check, kernels, train, loop, inference, graphs)"; exit 2 ;;
+*) echo "unknown stage $STAGE (check, kernels, train, hybrid, loop, inference, graphs)"; exit 2 ;;
 esac
 (cd "$TRITON_CACHE_DIR" && find . -name "*.autotune.json" -print0 | tar czf "$OUT/tcache.tgz" --null -T -)

@@ -1,8 +1,10 @@
 """fla's side of benchmarks/inference.py: its model of one of our plain presets, in bf16 on CUDA.
 
 fla builds the model from our preset's config (`ccq_jax.convert.config_to_fla`, the mapping the checkpoint
-conversion uses) with its own initialisation. Timed, each the best of `repeats` after one warm-up run
-(`benchmarks.timing.best_seconds`, the GPU synchronised after each run):
+conversion uses) with its own initialisation; a hybrid's attention layers run on flash-attn where it is installed,
+else on PyTorch's fused attention kernels (`ccq_jax.torch_reference.attention.fla_attention`; each record says
+which). Timed, each the best of `repeats` after one warm-up run (`benchmarks.timing.best_seconds`, the GPU
+synchronised after each run):
 - `prefill` B:P: one forward of the prompt with `use_cache=True` (the cache fla's generation continues from);
 - `decode` B:P (`decode, HF generate`): `model.generate` of `tokens` new tokens greedily (all of them: no early
   end), minus the prefill of the same prompt, per token;
@@ -16,6 +18,7 @@ from transformers import AutoConfig, AutoModelForCausalLM
 from benchmarks.timing import best_seconds
 from ccq_jax.convert.config import config_to_fla
 from ccq_jax.models import get_config
+from ccq_jax.torch_reference.attention import fla_attention
 from ccq_jax.torch_reference.models import register
 
 
@@ -32,14 +35,20 @@ def _loop(model, ids, tokens: int):
     return token
 
 
-@torch.inference_mode()
 def fla_records(preset: str, prefills, decodes, tokens: int, repeats: int):
     """fla's records for `preset`'s plain backbone, yielded as each is measured."""
     register()
     config = config_to_fla(get_config(preset))
+    backend, context = fla_attention(config)
+    with context, torch.inference_mode():
+        yield from _records(preset, config, backend, prefills, decodes, tokens, repeats)
+
+
+def _records(preset: str, config: dict, backend: str, prefills, decodes, tokens: int, repeats: int):
     model = AutoModelForCausalLM.from_config(AutoConfig.for_model(config.pop("model_type"), **config))
     model = model.to("cuda", torch.bfloat16).eval()
-    base = {"side": "fla", "preset": preset, "dtype": "bfloat16", "device": torch.cuda.get_device_name()}
+    base = {"side": "fla", "preset": preset, "dtype": "bfloat16", "device": torch.cuda.get_device_name(),
+            "attention": backend}
     vocab = model.config.vocab_size
     for b, p in prefills:
         ids = torch.randint(0, vocab, (b, p), device="cuda")

@@ -45,12 +45,13 @@ from train.step import build_train_call, compile_steps, make_eval_step
 
 def measure(preset, batch_size, seqlen, steps, warmup, peak_tflops, attn_impl, param_dtype="float32",
             remat_policy="elementwise", loss_chunk_len=0, memory_only=False, scan_layers=False, mesh_config=None,
-            devices=None, trace_to=None, target="local"):
+            devices=None, trace_to=None, target="local", sdpa_impl=None):
     """One preset's row. batch_size is the global batch; `mesh_config` (default: one data axis) over `devices`
     (default: the first device) splits it; memory is per device (the largest peak, XLA's per-device plan).
     `trace_to`: a folder where two more steps, after the timed ones, are traced (`jax.profiler`, Perfetto).
     `target` (memory_only only): "local", or a deviceless GPU of `benchmarks.tools.targets` that the step is
-    compiled for, its kernels lowered for it and nothing built."""
+    compiled for, its kernels lowered for it and nothing built. `sdpa_impl`: the softmax attention's backend (the
+    Transformer's and a hybrid's attention layers; None: the preset's)."""
     if target != "local" and not memory_only:
         raise ValueError(f"target: a deviceless {target!r} compiles without running; expected memory_only=True")
     device = target_device(target)
@@ -58,6 +59,8 @@ def measure(preset, batch_size, seqlen, steps, warmup, peak_tflops, attn_impl, p
                      scan_layers=scan_layers)
     if attn_impl and not preset.startswith("transformer"):
         overrides["kernel.impl"] = attn_impl
+    if sdpa_impl:
+        overrides["sdpa_impl"] = sdpa_impl
     cfg = compiled_for(get_config(preset, **overrides), device)
     mesh = make_mesh(mesh_config or MeshConfig(), [device] if device is not None else
                      devices if devices is not None else jax.devices()[:1])
@@ -79,8 +82,9 @@ def measure(preset, batch_size, seqlen, steps, warmup, peak_tflops, attn_impl, p
                     for k, v in host_batch().items()}
         return jax.device_put({k: jnp.asarray(v) for k, v in host_batch().items()}, batch_sharding(mesh))
 
-    settings = {"attn_impl": attn_impl or "default", "param_dtype": param_dtype, "remat_policy": remat_policy,
-                "loss_chunk_len": loss_chunk_len, "scan_layers": scan_layers, "devices": mesh.size,
+    settings = {"attn_impl": attn_impl or "default", "sdpa_impl": cfg.sdpa_impl, "param_dtype": param_dtype,
+                "remat_policy": remat_policy, "loss_chunk_len": loss_chunk_len, "scan_layers": scan_layers,
+                "devices": mesh.size,
                 "mesh": {k: v for k, v in mesh.shape.items() if v > 1}, "batch": batch_size}
     if memory_only:
         with CompileCounter() as compiles:
@@ -150,6 +154,9 @@ def main(argv=None):
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--peak-tflops", type=float, default=989.0)
     p.add_argument("--attn-impl", default=None, help="ops impl for the linear models (default: the preset's)")
+    p.add_argument("--sdpa-impl", default=None, choices=["xla", "cudnn", "splash"],
+                   help="softmax attention's backend, the Transformer's and a hybrid's (default: the preset's, "
+                        "None: XLA's)")
     p.add_argument("--param-dtype", default="float32", choices=["float32", "bfloat16"])
     p.add_argument("--remat-policy", default="elementwise", choices=["none", "elementwise", "dots", "block"],
                    help="what the backward pass recomputes (ModelConfig.remat_policy)")
@@ -168,7 +175,8 @@ def main(argv=None):
     for preset in a.presets:
         try:
             row = measure(preset, a.batch, a.seqlen, a.steps, a.warmup, a.peak_tflops, a.attn_impl, a.param_dtype,
-                          a.remat_policy, a.loss_chunk_len, a.memory_only, a.scan_layers, target=a.target)
+                          a.remat_policy, a.loss_chunk_len, a.memory_only, a.scan_layers, target=a.target,
+                          sdpa_impl=a.sdpa_impl)
         except Exception as err:  # report it and go on with the other presets
             row = {"preset": preset, "error": f"{type(err).__name__}: {str(err)[:300]}"}
         rows.append(row)

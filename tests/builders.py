@@ -8,11 +8,12 @@ here, never from another test module or a conftest).
               tolerances
   layers      layer_inputs, randomize, layer_params, call, SEGMENTS
   models      MODEL_CASES, HYBRID_CASES, build, token_ids, forward, prefill_then_decode, inner_jaxprs
-  conversion  FIXTURES, GOLDENS, random_model, flat_params, assert_same_params
+  conversion  FIXTURES, GOLDENS, random_model, flat_params, assert_same_params, TORCH_PYTHON
   sharding    shard_map_check (tests/ops/shard_map_check.py in a process of its own)
 """
 
 import functools
+import importlib.util
 import json
 import os
 import subprocess
@@ -330,6 +331,10 @@ def prefill_then_decode(model, input_ids, segment_ids, prompt):
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "fla"
 GOLDENS = sorted(p.name for p in FIXTURES.iterdir() if (p / "logits.npy").is_file())
+# a Python with torch, transformers and fla for the tests that run fla live (CI has none: they are skipped there):
+# CCQ_TORCH_PYTHON (e.g. a Python 3.11 venv with the CPU torch wheel), else this Python if it has torch and fla
+TORCH_PYTHON = os.environ.get("CCQ_TORCH_PYTHON") or (
+    sys.executable if importlib.util.find_spec("torch") and importlib.util.find_spec("fla") else None)
 LAYER_GOLDENS = sorted(p.name for p in FIXTURES.iterdir() if (p / "layer.safetensors").is_file())
 
 

@@ -7,11 +7,11 @@ the recurrences to fla's own references (`fla.ops.gla.naive.naive_recurrent_gla`
 `fla.ops.kda.naive.naive_recurrent_kda` with fla's `naive_kda_gate` / `naive_kda_lowerbound_gate`,
 `fla.ops.gdn2.naive.naive_recurrent_gdn2`),
 the norms to fla's `rms_norm_ref` functions, the short convolutions to `torch.nn.Conv1d`'s
-causal form, and the SwiGLU MLP to `silu(gate) * up`. A hybrid's attention layers (`fla.layers.attn.Attention`, which
-needs flash-attn) get `flash_attn_func`, a stand-in in plain PyTorch (softmax over the causal, optionally windowed
-scores, grouped-query heads repeated), and fla's rotary embedding its `rotary_embedding_ref`. fla's Mamba2 runs its own
-`torch_forward` on a CPU; its swish goes to `F.silu` and its `RMSNormGated` to `rms_norm_ref`. Only whole sequences are supported
-(no cache, `cu_seqlens` or `attention_mask`: NotImplementedError), which is what parity needs.
+causal form, and the SwiGLU MLP to `silu(gate) * up`. A hybrid's attention layers (`fla.layers.attn.Attention`,
+which needs flash-attn) get `flash_attn_func` on PyTorch's attention in fp32 (`ccq_jax.torch_reference.attention`),
+and fla's rotary embedding its `rotary_embedding_ref`. fla's Mamba2 runs its own `torch_forward` on a CPU; its swish
+goes to `F.silu` and its `RMSNormGated` to `rms_norm_ref`. Only whole sequences are supported (no cache, `cu_seqlens`
+or `attention_mask`: NotImplementedError), which is what parity needs.
 """
 
 import contextlib
@@ -36,6 +36,7 @@ from fla.ops.gla.naive import naive_recurrent_gla
 from fla.ops.kda.gate import naive_kda_gate, naive_kda_lowerbound_gate
 from fla.ops.kda.naive import naive_recurrent_kda
 
+from ccq_jax.torch_reference.attention import flash_attn_func as torch_flash_attn
 from ccq_jax.torch_reference.ccq import l2norm
 from ccq_jax.torch_reference.models import GDN_KERNELS, GLA_KERNELS
 
@@ -113,20 +114,9 @@ def naive_gdn2(*, q, k, v, g, b, w, scale=None, initial_state=None, output_final
                                 output_final_state=output_final_state)
 
 
-def flash_attn_func(q, k, v, causal=False, window_size=(-1, -1), softmax_scale=None, **kwargs):
-    """flash-attn's `flash_attn_func` (q [B, T, H, D], k / v [B, T, Hkv, D]; key j seen by query i where
-    i - window_size[0] <= j <= i + window_size[1], -1 meaning unbounded) in plain PyTorch, fp32 scores."""
-    _unsupported("flash_attn_func", **{name: value for name, value in kwargs.items() if name != "dropout_p"},
-                 dropout_p=kwargs.get("dropout_p") or None)
-    if not causal:
-        raise NotImplementedError("flash_attn_func on CPU: only causal=True (fla's Attention)")
-    t, groups = q.shape[1], q.shape[2] // k.shape[2]
-    k, v = (x.repeat_interleave(groups, dim=2) for x in (k, v))
-    scores = torch.einsum("bihd,bjhd->bhij", q.float(), k.float()) * (softmax_scale or q.shape[-1] ** -0.5)
-    gap = torch.arange(t)[:, None] - torch.arange(t)[None, :]
-    seen = (gap >= 0) if window_size[0] < 0 else (gap >= 0) & (gap <= window_size[0])
-    probs = scores.masked_fill(~seen, float("-inf")).softmax(-1)
-    return torch.einsum("bhij,bjhd->bihd", probs, v.float()).to(v.dtype)
+def flash_attn_func(q, k, v, **kwargs):
+    """flash-attn's `flash_attn_func` (`ccq_jax.torch_reference.attention`) in fp32, cast back to v's dtype."""
+    return torch_flash_attn(q.float(), k.float(), v.float(), **kwargs).to(v.dtype)
 
 
 def rotary_embedding(x, cos, sin, interleaved=False, inplace=False, seqlen_offsets=0, cu_seqlens=None, **_):

@@ -7,17 +7,12 @@ them in a Python that has torch and fla itself. Each case saves a random preset 
 reference for CCQ presets) and compares logits: the way back of the conversion.
 """
 
-import importlib.util
 import json
-import os
-import sys
 
 import pytest
 
 from ccq_jax.convert.cli import parity_main
-
-TORCH_PYTHON = os.environ.get("CCQ_TORCH_PYTHON") or (
-    sys.executable if importlib.util.find_spec("torch") and importlib.util.find_spec("fla") else None)
+from tests.builders import TORCH_PYTHON
 
 pytestmark = pytest.mark.skipif(TORCH_PYTHON is None, reason="set CCQ_TORCH_PYTHON to a Python with torch and fla")
 
