@@ -35,12 +35,13 @@ def _loop(model, ids, tokens: int):
     return token
 
 
+@torch.inference_mode()
 def fla_records(preset: str, prefills, decodes, tokens: int, repeats: int):
     """fla's records for `preset`'s plain backbone, yielded as each is measured."""
     register()
     config = config_to_fla(get_config(preset))
     backend, context = fla_attention(config)
-    with context, torch.inference_mode():
+    with context:
         yield from _records(preset, config, backend, prefills, decodes, tokens, repeats)
 
 
