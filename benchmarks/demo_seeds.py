@@ -24,8 +24,8 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from train.metrics import read_metrics  # noqa: E402
 from ccq_jax.figures import pyplot, save_png  # noqa: E402
+from train.metrics import read_metrics  # noqa: E402
 
 
 def parse_seeds(text: str) -> list[int]:

@@ -33,8 +33,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from ccq_jax.models import count_params
 from ccq_jax.figures import pyplot, save_png
+from ccq_jax.models import count_params
 from ccq_jax.progress import progress
 from train.config import TrainConfig
 from train.data.config import DataConfig, MQARConfig
@@ -217,7 +217,6 @@ def plot(rows, path: pathlib.Path) -> pathlib.Path:
     over seeds, each seed's best accuracy a dot (Zoology's figure 2)."""
     plt = pyplot()
     from matplotlib.ticker import ScalarFormatter
-
 
     best = best_per_cell(rows)
     panels = _panels(best)

@@ -331,11 +331,11 @@ def prefill_then_decode(model, input_ids, segment_ids, prompt):
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "fla"
 GOLDENS = sorted(p.name for p in FIXTURES.iterdir() if (p / "logits.npy").is_file())
+LAYER_GOLDENS = sorted(p.name for p in FIXTURES.iterdir() if (p / "layer.safetensors").is_file())
 # a Python with torch, transformers and fla for the tests that run fla live (CI has none: they are skipped there):
 # CCQ_TORCH_PYTHON (e.g. a Python 3.11 venv with the CPU torch wheel), else this Python if it has torch and fla
 TORCH_PYTHON = os.environ.get("CCQ_TORCH_PYTHON") or (
     sys.executable if importlib.util.find_spec("torch") and importlib.util.find_spec("fla") else None)
-LAYER_GOLDENS = sorted(p.name for p in FIXTURES.iterdir() if (p / "layer.safetensors").is_file())
 
 
 def layer_golden(case, **options):

@@ -28,17 +28,22 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 FUSED_BACKENDS = (SDPBackend.FLASH_ATTENTION, SDPBackend.CUDNN_ATTENTION, SDPBackend.EFFICIENT_ATTENTION)
 
 
-def _mask(tq: int, tk: int, window: int, device) -> torch.Tensor | None:
-    """True where query i (the last tq of tk positions) may read key j; None where plain causal says it all."""
+def _visibility(tq: int, tk: int, window: int, device) -> tuple[torch.Tensor | None, bool]:
+    """(attn_mask, is_causal) for the last tq of tk positions reading with a left window (< 0: none): PyTorch's own
+    causal form where it says it all, no mask for one query without a window, else True where query i may read
+    key j."""
+    if window < 0 and tq == tk:
+        return None, True
     if window < 0 and tq == 1:
-        return None
+        return None, False
     gap = torch.arange(tk - tq, tk, device=device)[:, None] - torch.arange(tk, device=device)[None, :]
-    return (gap >= 0) if window < 0 else (gap >= 0) & (gap <= window)
+    return ((gap >= 0) if window < 0 else (gap >= 0) & (gap <= window)), False
 
 
 def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
                     alibi_slopes=None, deterministic=False, return_attn_probs=False):
-    """flash-attn's `flash_attn_func` (causal; optionally a left window) on `F.scaled_dot_product_attention`."""
+    """flash-attn's `flash_attn_func` (causal; optionally a left window) on `F.scaled_dot_product_attention`.
+    `deterministic` (flash-attn's choice of backward algorithm) has no counterpart there and changes nothing."""
     unsupported = {"causal=False": not causal, "dropout_p": dropout_p, "softcap": softcap,
                    "alibi_slopes": alibi_slopes is not None, "return_attn_probs": return_attn_probs,
                    "window_size[1] > 0": window_size[1] > 0}
@@ -50,11 +55,9 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
     tq, tk = q.shape[1], k.shape[1]
     if tq > tk:
         raise ValueError(f"q: expected at most as many positions as k ({tk}), got {tq}")
-    window = window_size[0]
-    mask = None if (window < 0 and tq == tk) else _mask(tq, tk, window, q.device)
+    mask, is_causal = _visibility(tq, tk, window_size[0], q.device)
     out = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attn_mask=mask,
-                                         is_causal=window < 0 and tq == tk, scale=softmax_scale,
-                                         enable_gqa=q.shape[2] != k.shape[2])
+                                         is_causal=is_causal, scale=softmax_scale, enable_gqa=q.shape[2] != k.shape[2])
     return out.transpose(1, 2)
 
 

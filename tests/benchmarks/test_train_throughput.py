@@ -74,3 +74,11 @@ def test_a_deviceless_target_only_plans(capsys):
     assert exit_.value.code == 2
     assert capsys.readouterr().err.strip().splitlines()[-1].endswith(
         "error: --target h200: a deviceless target compiles without running; expected --memory-only")
+
+
+def test_the_attention_backend_reaches_the_hybrid_s_attention_layers():
+    kw = dict(batch_size=1, seqlen=16, steps=1, warmup=0, peak_tflops=0, attn_impl=None, memory_only=True)
+    assert measure("gla-hybrid-tiny", **kw)["sdpa_impl"] is None  # the preset's
+    assert measure("gla-hybrid-tiny", sdpa_impl="xla", **kw)["sdpa_impl"] == "xla"
+    with pytest.raises(RuntimeError, match="cuDNN is not detected"):  # on a CPU: the override got to the layers
+        measure("gla-hybrid-tiny", sdpa_impl="cudnn", **kw)
